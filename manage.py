@@ -1,0 +1,19 @@
+#!/usr/bin/env python
+import os
+import sys
+
+
+def main():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vastmgr.settings")
+    from django.core.management import execute_from_command_line
+
+    from vastmgr.config import ConfigError
+
+    try:
+        execute_from_command_line(sys.argv)
+    except ConfigError as exc:
+        sys.exit(f"configuration error: {exc}")
+
+
+if __name__ == "__main__":
+    main()

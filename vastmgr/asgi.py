@@ -1,0 +1,25 @@
+"""ASGI entry point: Django for http, Channels consumers for websockets (login and origin checked)."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vastmgr.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+# Django must be set up before anything imports models (the routing below does).
+django_http = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from vastmgr.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_http,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -1,0 +1,86 @@
+"""Reading the environment into settings values, with one clear error line per bad variable."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+
+class ConfigError(ImproperlyConfigured):
+    """A bad environment variable; manage.py prints it as one line and exits."""
+
+
+TRUTHY = {"1", "true", "yes", "on"}
+FALSY = {"0", "false", "no", "off", ""}
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUTHY:
+        return True
+    if value in FALSY:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def data_dir(base_dir: Path) -> Path:
+    path = Path(os.environ.get("VASTMGR_DATA_DIR") or base_dir / "var")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"VASTMGR_DATA_DIR={str(path)!r} cannot be created: {exc.strerror}")
+    return path
+
+
+def secret_key(data: Path) -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data dir."""
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    key_file = data / "secret_key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key = secrets.token_urlsafe(50)
+    tmp = key_file.with_suffix(".tmp")
+    tmp.write_text(key)
+    tmp.chmod(0o600)
+    tmp.replace(key_file)
+    return key
+
+
+def database(data: Path) -> dict:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3")}
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"DATABASE_URL is malformed: {exc}") from None
+    if not config.get("ENGINE") or not config.get("NAME"):
+        raise ConfigError("DATABASE_URL is malformed: it names no database engine or database")
+    return config
+
+
+def channel_layers() -> dict:
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})")
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [url], "capacity": 1000, "expiry": 30},
+        }
+    }

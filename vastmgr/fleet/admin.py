@@ -1,0 +1,43 @@
+from django import forms
+from django.contrib import admin
+
+from .models import Event, Machine
+
+
+class MachineAdminForm(forms.ModelForm):
+    # Write-only: the stored token is never sent back to the browser.
+    engine_token = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave empty to keep the current token.",
+    )
+
+    class Meta:
+        model = Machine
+        fields = "__all__"
+
+    def clean_engine_token(self):
+        token = self.cleaned_data.get("engine_token")
+        return token if token else self.instance.engine_token
+
+
+@admin.register(Machine)
+class MachineAdmin(admin.ModelAdmin):
+    form = MachineAdminForm
+    list_display = ["name", "provider", "host", "state", "gpu_name", "gpu_count", "last_seen"]
+    list_filter = ["provider", "state"]
+    search_fields = ["name", "host"]
+    readonly_fields = ["state", "kill_reason", "last_seen", "created", "updated"]
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ["time", "level", "kind", "machine", "message"]
+    list_filter = ["level", "kind"]
+    search_fields = ["message"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

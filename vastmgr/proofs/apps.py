@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProofsConfig(AppConfig):
+    name = "vastmgr.proofs"
+    verbose_name = "Proofs"
