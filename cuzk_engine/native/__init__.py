@@ -1,0 +1,120 @@
+"""Native CPU kernels over Fr: `fr.h` + `ntt_host.c`, compiled on first use and loaded by ctypes.
+
+The shared library is built with the system C compiler into a cache directory keyed by a hash
+of the sources and flags, so an edited header never loads a stale build. When no compiler is
+available `load()` returns None and callers use the pure-Python fallbacks in `cuzk_engine.poly`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCES = ("fr.h", "ntt_host.c")
+CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11")
+
+_lock = threading.Lock()
+_loaded: dict[str, NativeFr | None] = {}
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("CUZK_NATIVE_CACHE")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "cuzk_engine" / "native"
+
+
+def _source_hash(compiler: str) -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((SOURCE_DIR / name).read_bytes())
+    digest.update(" ".join((compiler, *CFLAGS)).encode())
+    return digest.hexdigest()[:16]
+
+
+def _find_compiler() -> str | None:
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def _build(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        cmd = [compiler, *CFLAGS, "-I", str(SOURCE_DIR), "-o", str(out),
+               str(SOURCE_DIR / "ntt_host.c")]
+        subprocess.run(cmd, check=True, capture_output=True)
+        os.replace(out, target)
+
+
+_ARR = np.ctypeslib.ndpointer(dtype=np.uint64, flags="C_CONTIGUOUS")
+
+
+class NativeFr:
+    """Typed wrappers around the compiled kernels; every array is (n, 4) uint64 canonical."""
+
+    def __init__(self, lib: ctypes.CDLL, path: Path):
+        self.path = path
+        self._lib = lib
+        lib.fr_ntt.argtypes = [_ARR, ctypes.c_int, _ARR]
+        lib.fr_ntt.restype = ctypes.c_int
+        lib.fr_scale.argtypes = [_ARR, ctypes.c_int64, _ARR]
+        lib.fr_scale.restype = None
+        lib.fr_scale_powers.argtypes = [_ARR, ctypes.c_int64, _ARR]
+        lib.fr_scale_powers.restype = None
+        lib.fr_abc_quotient.argtypes = [_ARR, _ARR, _ARR, _ARR, ctypes.c_int64, _ARR]
+        lib.fr_abc_quotient.restype = None
+        lib.fr_mul_vec.argtypes = [_ARR, _ARR, _ARR, ctypes.c_int64]
+        lib.fr_mul_vec.restype = None
+
+    def ntt_inplace(self, values: np.ndarray, log_n: int, omega: np.ndarray) -> None:
+        if self._lib.fr_ntt(values, log_n, omega) != 0:
+            raise MemoryError("native NTT could not allocate its twiddle table")
+
+    def scale_inplace(self, values: np.ndarray, c: np.ndarray) -> None:
+        self._lib.fr_scale(values, len(values), c)
+
+    def scale_powers_inplace(self, values: np.ndarray, g: np.ndarray) -> None:
+        self._lib.fr_scale_powers(values, len(values), g)
+
+    def abc_quotient(self, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                     z: np.ndarray) -> np.ndarray:
+        out = np.empty_like(a)
+        self._lib.fr_abc_quotient(out, a, b, c, len(a), z)
+        return out
+
+    def mul_vec(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.empty_like(a)
+        self._lib.fr_mul_vec(out, a, b, len(a))
+        return out
+
+
+def load() -> NativeFr | None:
+    """The compiled kernels, building them on first use; None when no C compiler works."""
+    compiler = _find_compiler()
+    if compiler is None:
+        return None
+    key = _source_hash(compiler)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        target = cache_dir() / f"cuzk_fr_{key}.so"
+        try:
+            if not target.exists():
+                _build(compiler, target)
+            native: NativeFr | None = NativeFr(ctypes.CDLL(str(target)), target)
+        except (OSError, subprocess.CalledProcessError):
+            native = None
+        _loaded[key] = native
+        return native
