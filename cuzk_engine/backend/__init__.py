@@ -42,7 +42,7 @@ def _cuda_backend(name: str) -> Backend | None:
     ordinal = int(name.split(":", 1)[1]) if ":" in name else 0
     try:
         return cuda.CudaBackend.create(ordinal)
-    except Exception:
+    except (RuntimeError, OSError, ValueError):  # no driver, no device, bad ordinal
         return None
 
 

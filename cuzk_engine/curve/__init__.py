@@ -50,7 +50,7 @@ def g1_from_compressed(data: bytes, what: str = "G1 point"):
         raise ProofFormatError(f"{what}: expected {G1_COMPRESSED} bytes, got {len(data)}")
     try:
         point = G1Point.from_compressed_bytes_unchecked(bytes(data))
-    except Exception as exc:  # arkworks raises bare exceptions for bad encodings
+    except ValueError as exc:
         raise ProofFormatError(f"{what}: not a valid compressed G1 point ({exc})") from None
     return _check(point, what)
 
@@ -60,7 +60,7 @@ def g2_from_compressed(data: bytes, what: str = "G2 point"):
         raise ProofFormatError(f"{what}: expected {G2_COMPRESSED} bytes, got {len(data)}")
     try:
         point = G2Point.from_compressed_bytes_unchecked(bytes(data))
-    except Exception as exc:
+    except ValueError as exc:
         raise ProofFormatError(f"{what}: not a valid compressed G2 point ({exc})") from None
     return _check(point, what)
 
