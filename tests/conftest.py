@@ -1,0 +1,36 @@
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def clean_env(tmp_path):
+    """An environment for child processes: our data dir in tmp, no inherited config variables."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS",
+                        "VASTMGR_HTTPS", "VASTMGR_ADMIN_USER", "VASTMGR_ADMIN_PASSWORD"}}
+    env["VASTMGR_DATA_DIR"] = str(tmp_path / "data")
+    env["DJANGO_SETTINGS_MODULE"] = "vastmgr.settings"
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable

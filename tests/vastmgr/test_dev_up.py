@@ -1,0 +1,49 @@
+"""`./dev up` starts, serves the login page, and stops cleanly on Ctrl-C."""
+
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from tests.conftest import free_port
+
+STARTUP_TIMEOUT = 120
+
+
+def wait_for(url: str, proc: subprocess.Popen) -> int:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"./dev up exited early with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {STARTUP_TIMEOUT}s")
+
+
+def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
+    port = free_port()
+    env = {**clean_env, "VASTMGR_ADMIN_USER": "ops", "VASTMGR_ADMIN_PASSWORD": "pw-for-tests-1"}
+    proc = subprocess.Popen([str(repo / "dev"), "up", "--port", str(port)], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(f"http://127.0.0.1:{port}/accounts/login/", proc) == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "admin account 'ops' created from the environment" in output
+    assert "stopped" in output
+    assert_nothing_serves(port)
+
+
+def assert_nothing_serves(port: int) -> None:
+    """Every child really stopped: the dashboard port no longer answers."""
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+    except urllib.error.URLError:
+        return
+    raise AssertionError(f"something still serves port {port} after Ctrl-C")
