@@ -1,0 +1,716 @@
+"""The StatusTracker: the one place that knows what every job, partition and worker is doing.
+
+Design (cuzk status.rs style, without its defects):
+- One ``threading.Lock`` guards the internal state. Writers come from the event loop and from
+  device/finalizer threads; readers build snapshots.
+- Internal records are immutable tuples replaced on write, so a reader holds the lock only long
+  enough to copy references; snapshot objects are built after the lock is released.
+- Every state change goes through ``_set_partition`` which keeps per-phase counts, so
+  ``synthesis.active`` and the buffer counters are derived, never drift, and never wrap.
+- A worker pickup returns a fresh token (monotonic counter). Releasing a worker requires that token,
+  so a late finalizer can never clear a worker that has moved on to other work (cuzk keyed this on
+  (job, partition), which a resubmitted job could still collide with).
+- Every proof kind, single-partition PoSt included, is a pipeline; failed and cancelled jobs are
+  counted exactly once and leave the list after the retention period like completed ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from cuzk_engine import __version__
+
+PARTITION_PHASES = (
+    "pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed", "cancelled",
+)
+SETTLED_PHASES = frozenset({"done", "failed", "cancelled"})
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
+
+# Allowed phase transitions; anything else is an engine bug and raises at once.
+_TRANSITIONS = {
+    "pending": {"synthesizing", "cancelled", "failed"},
+    "synthesizing": {"synth_done", "failed", "cancelled"},
+    "synth_done": {"gpu", "cancelled", "failed"},
+    "gpu": {"finalizing", "failed", "cancelled"},
+    "finalizing": {"done", "failed", "cancelled"},
+}
+
+
+class StatusTransitionError(RuntimeError):
+    """An engine component asked for a transition the status model forbids (a bug)."""
+
+
+class _Part(NamedTuple):
+    state: str = "pending"
+    synth_start: float | None = None
+    synth_end: float | None = None
+    gpu_start: float | None = None
+    gpu_end: float | None = None
+    fin_start: float | None = None
+    fin_end: float | None = None
+    worker_id: int | None = None
+
+
+class _Worker(NamedTuple):
+    worker_id: int
+    gpu_ordinal: int
+    token: int | None = None
+    job_id: str | None = None
+    partition: int | None = None
+    busy_since: float | None = None
+    busy_total: float = 0.0
+
+
+class _Srs(NamedTuple):
+    circuit_id: str
+    bytes: int
+    state: str  # "loading" | "loaded"
+    in_use: int
+    last_used: float
+
+
+class _Job:
+    __slots__ = (
+        "job_id", "request_id", "kind", "profile", "circuit_id", "priority", "status", "error",
+        "submitted", "started", "finished", "srs_load_ms", "parts",
+    )
+
+    def __init__(self, job_id, request_id, kind, profile, circuit_id, priority, n, now):
+        self.job_id = job_id
+        self.request_id = request_id
+        self.kind = kind
+        self.profile = profile
+        self.circuit_id = circuit_id
+        self.priority = priority
+        self.status = "queued"
+        self.error: str | None = None
+        self.submitted = now
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.srs_load_ms: float | None = None
+        self.parts: tuple[_Part, ...] = (_Part(),) * n
+
+    def settled(self) -> bool:
+        return all(p.state in SETTLED_PHASES for p in self.parts)
+
+
+# ---------------------------------------------------------------- snapshot types (plain data)
+
+
+@dataclass(slots=True)
+class MemorySnapshot:
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+
+
+@dataclass(slots=True)
+class SynthesisSnapshot:
+    max_concurrent: int
+    active: int
+
+
+@dataclass(slots=True)
+class PartitionSnapshot:
+    index: int
+    state: str
+    synth_ms: float | None
+    gpu_ms: float | None
+    finalize_ms: float | None
+    synth_start_ms: float | None  # offsets from the pipeline's submission, for a timeline
+    gpu_start_ms: float | None
+    finalize_start_ms: float | None
+    worker_id: int | None
+
+
+@dataclass(slots=True)
+class PipelineSnapshot:
+    job_id: str
+    request_id: str | None
+    proof_kind: str
+    kind: str
+    profile: str
+    circuit_id: str
+    priority: str
+    status: str
+    error: str | None
+    started_secs_ago: float
+    queued_ms: float | None
+    srs_load_ms: float | None
+    total_partitions: int
+    partitions_done: int
+    partitions: list[PartitionSnapshot]
+
+
+@dataclass(slots=True)
+class WorkerSnapshot:
+    worker_id: int
+    gpu_ordinal: int
+    state: str
+    current_job: str | None
+    current_partition: int | None
+    busy_secs: float | None
+    busy_total_secs: float
+
+
+@dataclass(slots=True)
+class DeviceSnapshot:
+    ordinal: int
+    name: str
+    backend: str
+    description: str
+    workers: list[int]
+
+
+@dataclass(slots=True)
+class AllocationSnapshot:
+    circuit_id: str
+    bytes: int
+    state: str
+    in_use: int
+    last_used_secs_ago: float
+    evictable: bool
+
+
+@dataclass(slots=True)
+class CountersSnapshot:
+    total_completed: int
+    total_failed: int
+    total_cancelled: int
+    completed_by_kind: dict[str, int]
+    failed_by_kind: dict[str, int]
+    cancelled_by_kind: dict[str, int]
+    queue_depth: int
+    queue_depth_by_kind: dict[str, int]
+
+
+@dataclass(slots=True)
+class BuffersSnapshot:
+    synth_in_flight: int  # partitions being synthesized
+    pending_handles: int  # synthesized partitions waiting for a worker
+    provers_in_flight: int  # partitions on a device
+    aux_in_flight: int  # partitions being finalized
+
+
+@dataclass(slots=True)
+class EngineSnapshot:
+    seq: int
+    version: str
+    uptime_secs: float
+    accepting: bool
+    memory: MemorySnapshot
+    synthesis: SynthesisSnapshot
+    pipelines: list[PipelineSnapshot]
+    gpu_workers: list[WorkerSnapshot]
+    devices: list[DeviceSnapshot]
+    allocations: dict[str, list[AllocationSnapshot]]
+    counters: CountersSnapshot
+    buffers: BuffersSnapshot
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    backend: str
+    description: str
+
+
+def _ms(start: float | None, end: float | None, now: float) -> float | None:
+    if start is None:
+        return None
+    return round(((end if end is not None else now) - start) * 1000.0, 3)
+
+
+def _offset(origin: float, t: float | None) -> float | None:
+    return None if t is None else round((t - origin) * 1000.0, 3)
+
+
+MemoryReader = Callable[[], tuple[int, int]]
+
+
+class StatusTracker:
+    """Thread-safe engine status; see the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        devices: list[DeviceInfo],
+        workers_per_device: int,
+        *,
+        memory: MemoryReader = lambda: (0, 0),
+        synthesis_max_concurrent: int = 1,
+        retention: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._t0 = clock()
+        self._memory = memory
+        self._retention = retention
+        self._synth_max = synthesis_max_concurrent
+        self._devices = list(devices)
+        self._workers: list[_Worker] = []
+        self._device_workers: dict[int, list[int]] = {}
+        for dev in devices:
+            for _ in range(workers_per_device):
+                wid = len(self._workers)
+                self._workers.append(_Worker(wid, dev.ordinal))
+                self._device_workers.setdefault(dev.ordinal, []).append(wid)
+        self._jobs: dict[str, _Job] = {}
+        self._pickups: dict[int, tuple[int, str, int]] = {}  # token -> (worker, job, partition)
+        self._tokens = itertools.count(1)
+        self._phase_counts = dict.fromkeys(PARTITION_PHASES, 0)
+        self._done_by_kind: dict[str, int] = {}
+        self._failed_by_kind: dict[str, int] = {}
+        self._cancelled_by_kind: dict[str, int] = {}
+        self._queued_by_kind: dict[str, int] = {}
+        self._srs: dict[str, _Srs] = {}
+        self._accepting = True
+        self._seq = 0
+        self._listeners: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ plumbing
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """``fn`` is called (outside the lock, from the writer's thread) after every change."""
+        with self._lock:
+            self._listeners = [*self._listeners, fn]
+
+    def remove_listener(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners = [f for f in self._listeners if f is not fn]
+
+    def _changed(self) -> list[Callable[[], None]]:
+        self._seq += 1
+        return self._listeners
+
+    @staticmethod
+    def _notify(listeners: list[Callable[[], None]]) -> None:
+        for fn in listeners:
+            fn()
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def _job(self, job_id: str) -> _Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise StatusTransitionError(f"unknown job {job_id!r}") from None
+
+    def _set_partition(self, job: _Job, index: int, state: str, **fields) -> _Part:
+        old = job.parts[index]
+        if state not in _TRANSITIONS.get(old.state, ()):
+            raise StatusTransitionError(
+                f"job {job.job_id} partition {index}: {old.state} -> {state} is not allowed"
+            )
+        new = old._replace(state=state, **fields)
+        job.parts = job.parts[:index] + (new,) + job.parts[index + 1:]
+        self._phase_counts[old.state] -= 1
+        self._phase_counts[state] += 1
+        return new
+
+    def _finish_job(self, job: _Job, status: str, error: str | None, now: float) -> bool:
+        """Move a job to a terminal status; counts it exactly once. Returns False if already."""
+        if job.status in TERMINAL_STATUSES:
+            return False
+        if job.status == "queued":
+            self._queued_by_kind[job.kind] -= 1
+        job.status = status
+        job.error = error
+        job.finished = now
+        table = {"done": self._done_by_kind, "failed": self._failed_by_kind,
+                 "cancelled": self._cancelled_by_kind}[status]
+        table[job.kind] = table.get(job.kind, 0) + 1
+        for i, p in enumerate(job.parts):
+            # Parts nobody is working on settle now; in-flight ones settle when their step ends.
+            if p.state in ("pending", "synth_done"):
+                self._set_partition(job, i, "cancelled")
+        return True
+
+    def _release_worker(self, token: int, now: float) -> None:
+        """Clear the worker that took ``token`` — only if it still holds that same pickup."""
+        pick = self._pickups.get(token)
+        if pick is None:
+            return
+        w = self._workers[pick[0]]
+        if w.token != token:
+            return
+        self._workers[pick[0]] = _Worker(
+            w.worker_id, w.gpu_ordinal, busy_total=w.busy_total + (now - w.busy_since)
+        )
+
+    # ------------------------------------------------------------------ job lifecycle
+
+    def register_job(self, job_id: str, *, kind: str, profile: str, circuit_id: str,
+                     priority: str, partitions: int, request_id: str | None = None) -> None:
+        if partitions < 1:
+            raise ValueError("a job has at least one partition")
+        with self._lock:
+            if job_id in self._jobs:
+                raise StatusTransitionError(f"job {job_id!r} is already tracked")
+            self._jobs[job_id] = _Job(job_id, request_id, kind, profile, circuit_id, priority,
+                                      partitions, self._clock())
+            self._phase_counts["pending"] += partitions
+            self._queued_by_kind[kind] = self._queued_by_kind.get(kind, 0) + 1
+            ls = self._changed()
+        self._notify(ls)
+
+    def job_started(self, job_id: str) -> None:
+        with self._lock:
+            job = self._job(job_id)
+            if job.status != "queued":
+                raise StatusTransitionError(f"job {job_id}: start from {job.status}")
+            job.status = "running"
+            job.started = self._clock()
+            self._queued_by_kind[job.kind] -= 1
+            ls = self._changed()
+        self._notify(ls)
+
+    def srs_loaded_for(self, job_id: str, ms: float) -> None:
+        with self._lock:
+            self._job(job_id).srs_load_ms = round(ms, 3)
+            ls = self._changed()
+        self._notify(ls)
+
+    def job_done(self, job_id: str) -> None:
+        with self._lock:
+            job = self._job(job_id)
+            if any(p.state != "done" for p in job.parts):
+                raise StatusTransitionError(f"job {job_id}: done with unfinished partitions")
+            if not self._finish_job(job, "done", None, self._clock()):
+                raise StatusTransitionError(f"job {job_id}: done after {job.status}")
+            ls = self._changed()
+        self._notify(ls)
+
+    def job_failed(self, job_id: str, reason: str) -> bool:
+        with self._lock:
+            changed = self._finish_job(self._job(job_id), "failed", reason, self._clock())
+            ls = self._changed() if changed else []
+        self._notify(ls)
+        return changed
+
+    def job_cancelled(self, job_id: str, reason: str = "cancelled by request") -> bool:
+        with self._lock:
+            changed = self._finish_job(self._job(job_id), "cancelled", reason, self._clock())
+            ls = self._changed() if changed else []
+        self._notify(ls)
+        return changed
+
+    def job_status(self, job_id: str) -> str | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return job.status if job else None
+
+    def set_accepting(self, accepting: bool) -> None:
+        with self._lock:
+            self._accepting = accepting
+            ls = self._changed()
+        self._notify(ls)
+
+    # ------------------------------------------------------------------ partition phases
+
+    def synth_start(self, job_id: str, index: int) -> bool:
+        """Returns False (and settles the partition) if the job already ended."""
+        with self._lock:
+            job = self._job(job_id)
+            if job.status in TERMINAL_STATUSES:
+                return False
+            self._set_partition(job, index, "synthesizing", synth_start=self._clock())
+            ls = self._changed()
+        self._notify(ls)
+        return True
+
+    def synth_end(self, job_id: str, index: int) -> bool:
+        """Returns False if the job ended meanwhile: the partition is then cancelled."""
+        with self._lock:
+            job = self._job(job_id)
+            now = self._clock()
+            alive = job.status not in TERMINAL_STATUSES
+            self._set_partition(job, index, "synth_done" if alive else "cancelled", synth_end=now)
+            ls = self._changed()
+        self._notify(ls)
+        return alive
+
+    def worker_pickup(self, worker_id: int, job_id: str, index: int) -> int | None:
+        """A worker takes a synthesized partition onto its device; returns the pickup token, or
+        None if the job already ended (the partition was settled then and must be dropped)."""
+        with self._lock:
+            job = self._job(job_id)
+            if job.status in TERMINAL_STATUSES:
+                return None
+            w = self._workers[worker_id]
+            if w.token is not None:
+                raise StatusTransitionError(
+                    f"worker {worker_id} picked up {job_id}/{index} while still holding "
+                    f"{w.job_id}/{w.partition}"
+                )
+            now = self._clock()
+            self._set_partition(job, index, "gpu", gpu_start=now, worker_id=worker_id)
+            token = next(self._tokens)
+            self._pickups[token] = (worker_id, job_id, index)
+            self._workers[worker_id] = w._replace(token=token, job_id=job_id, partition=index,
+                                                  busy_since=now)
+            ls = self._changed()
+        self._notify(ls)
+        return token
+
+    def device_done(self, token: int) -> bool:
+        """The device step of a pickup ended; the worker is released and the partition moves on
+        to finalizing. Returns False if the job ended meanwhile (the partition is cancelled)."""
+        with self._lock:
+            worker_id, job_id, index = self._pickups[token]
+            now = self._clock()
+            job = self._jobs[job_id]
+            alive = job.status not in TERMINAL_STATUSES
+            if alive:
+                self._set_partition(job, index, "finalizing", gpu_end=now, fin_start=now)
+            else:
+                self._set_partition(job, index, "cancelled", gpu_end=now)
+            self._release_worker(token, now)
+            if not alive:
+                del self._pickups[token]
+            ls = self._changed()
+        self._notify(ls)
+        return alive
+
+    def finalize_done(self, job_id: str, index: int, token: int | None = None) -> bool:
+        """A partition's proof is finished and stored. With a token, the worker of that pickup is
+        released too, but only if it still holds that very pickup (stale-finalizer guard).
+        Returns False if the job ended meanwhile (the partition is cancelled instead)."""
+        with self._lock:
+            now = self._clock()
+            job = self._job(job_id)
+            alive = job.status not in TERMINAL_STATUSES
+            self._set_partition(job, index, "done" if alive else "cancelled", fin_end=now)
+            if token is not None:
+                self._release_worker(token, now)
+                self._pickups.pop(token, None)
+            ls = self._changed()
+        self._notify(ls)
+        return alive
+
+    def partition_failed(self, job_id: str, index: int, reason: str,
+                         token: int | None = None) -> None:
+        """A partition failed: it fails its job (once) and settles; its worker is released."""
+        with self._lock:
+            now = self._clock()
+            job = self._job(job_id)
+            fields = {}
+            if job.parts[index].state == "synthesizing":
+                fields["synth_end"] = now
+            elif job.parts[index].state == "gpu":
+                fields["gpu_end"] = now
+            elif job.parts[index].state == "finalizing":
+                fields["fin_end"] = now
+            self._set_partition(job, index, "failed", **fields)
+            if token is not None:
+                self._release_worker(token, now)
+                self._pickups.pop(token, None)
+            self._finish_job(job, "failed", f"partition {index}: {reason}", now)
+            ls = self._changed()
+        self._notify(ls)
+
+    # ------------------------------------------------------------------ SRS allocations
+
+    def srs_update(self, circuit_id: str, nbytes: int, state: str, in_use: int) -> None:
+        with self._lock:
+            self._srs[circuit_id] = _Srs(circuit_id, nbytes, state, in_use, self._clock())
+            ls = self._changed()
+        self._notify(ls)
+
+    def srs_removed(self, circuit_id: str) -> None:
+        with self._lock:
+            if self._srs.pop(circuit_id, None) is None:
+                return
+            ls = self._changed()
+        self._notify(ls)
+
+    # ------------------------------------------------------------------ reading
+
+    def _gc(self, now: float) -> None:
+        stale = [
+            jid for jid, j in self._jobs.items()
+            if j.finished is not None and now - j.finished >= self._retention and j.settled()
+        ]
+        for jid in stale:
+            job = self._jobs.pop(jid)
+            for p in job.parts:
+                self._phase_counts[p.state] -= 1
+        if stale:
+            self._seq += 1
+
+    def snapshot(self) -> EngineSnapshot:
+        total, used = self._memory()
+        with self._lock:
+            now = self._clock()
+            self._gc(now)
+            seq = self._seq
+            jobs = [
+                (j.job_id, j.request_id, j.kind, j.profile, j.circuit_id, j.priority, j.status,
+                 j.error, j.submitted, j.started, j.srs_load_ms, j.parts)
+                for j in self._jobs.values()
+            ]
+            workers = tuple(self._workers)
+            counts = dict(self._phase_counts)
+            done, failed, cancelled = (dict(self._done_by_kind), dict(self._failed_by_kind),
+                                       dict(self._cancelled_by_kind))
+            queued = {k: v for k, v in self._queued_by_kind.items() if v}
+            srs = tuple(self._srs.values())
+            accepting = self._accepting
+        return self._build(now, seq, total, used, jobs, workers, counts, done, failed, cancelled,
+                           queued, srs, accepting)
+
+    def _build(self, now, seq, total, used, jobs, workers, counts, done, failed, cancelled,
+               queued, srs, accepting) -> EngineSnapshot:
+        pipelines = []
+        for (job_id, request_id, kind, profile, cid, prio, status, error, submitted, started,
+             srs_ms, parts) in jobs:
+            psnaps = [
+                PartitionSnapshot(
+                    i, p.state,
+                    _ms(p.synth_start, p.synth_end, now),
+                    _ms(p.gpu_start, p.gpu_end, now),
+                    _ms(p.fin_start, p.fin_end, now),
+                    _offset(submitted, p.synth_start),
+                    _offset(submitted, p.gpu_start),
+                    _offset(submitted, p.fin_start),
+                    p.worker_id,
+                )
+                for i, p in enumerate(parts)
+            ]
+            pipelines.append(PipelineSnapshot(
+                job_id, request_id, kind, kind, profile, cid, prio, status, error,
+                round(now - submitted, 3), _ms(submitted, started, now), srs_ms, len(parts),
+                sum(1 for p in parts if p.state == "done"), psnaps,
+            ))
+        wsnaps = [
+            WorkerSnapshot(
+                w.worker_id, w.gpu_ordinal, "idle" if w.token is None else "proving", w.job_id,
+                w.partition,
+                None if w.busy_since is None else round(now - w.busy_since, 3),
+                round(w.busy_total + (0.0 if w.busy_since is None else now - w.busy_since), 3),
+            )
+            for w in workers
+        ]
+        devices = [
+            DeviceSnapshot(d.ordinal, d.name, d.backend, d.description,
+                           list(self._device_workers.get(d.ordinal, [])))
+            for d in self._devices
+        ]
+        allocations = {
+            "srs": [
+                AllocationSnapshot(s.circuit_id, s.bytes, s.state, s.in_use,
+                                   round(now - s.last_used, 3),
+                                   s.state == "loaded" and s.in_use == 0)
+                for s in srs
+            ],
+            "pce": [],
+        }
+        return EngineSnapshot(
+            seq=seq,
+            version=__version__,
+            uptime_secs=round(now - self._t0, 3),
+            accepting=accepting,
+            memory=MemorySnapshot(total, used, max(total - used, 0)),
+            synthesis=SynthesisSnapshot(self._synth_max, counts["synthesizing"]),
+            pipelines=pipelines,
+            gpu_workers=wsnaps,
+            devices=devices,
+            allocations=allocations,
+            counters=CountersSnapshot(
+                sum(done.values()), sum(failed.values()), sum(cancelled.values()),
+                done, failed, cancelled, sum(queued.values()), queued,
+            ),
+            buffers=BuffersSnapshot(counts["synthesizing"], counts["synth_done"], counts["gpu"],
+                                    counts["finalizing"]),
+        )
+
+    def busy_fraction(self) -> dict[int, float]:
+        """Per-worker share of uptime spent holding a device step."""
+        with self._lock:
+            now = self._clock()
+            up = max(now - self._t0, 1e-9)
+            return {
+                w.worker_id: (w.busy_total + (0 if w.busy_since is None else now - w.busy_since))
+                / up
+                for w in self._workers
+            }
+
+
+def snapshot_violations(snap: EngineSnapshot) -> list[str]:
+    """Every way a snapshot can contradict the status model; empty when it tells the truth."""
+    bad: list[str] = []
+    holders: dict[tuple[str, int], list[int]] = {}
+    for w in snap.gpu_workers:
+        if w.state == "proving":
+            if w.current_job is None or w.current_partition is None or w.busy_secs is None:
+                bad.append(f"worker {w.worker_id} proving without a job/partition/busy time")
+                continue
+            holders.setdefault((w.current_job, w.current_partition), []).append(w.worker_id)
+        elif w.current_job is not None or w.current_partition is not None or w.busy_secs is not None:
+            bad.append(f"idle worker {w.worker_id} still names {w.current_job}/{w.current_partition}")
+    counts = dict.fromkeys(PARTITION_PHASES, 0)
+    seen: set[tuple[str, int]] = set()
+    queued = 0
+    for p in snap.pipelines:
+        states = [pt.state for pt in p.partitions]
+        for pt in p.partitions:
+            counts[pt.state] += 1
+            key = (p.job_id, pt.index)
+            if pt.state == "gpu":
+                seen.add(key)
+                ws = holders.get(key, [])
+                if len(ws) != 1:
+                    bad.append(f"{p.job_id}/{pt.index} in gpu held by workers {ws}")
+                elif pt.worker_id != ws[0]:
+                    bad.append(f"{p.job_id}/{pt.index} names worker {pt.worker_id}, held by {ws}")
+        if p.partitions_done != states.count("done"):
+            bad.append(f"{p.job_id}: partitions_done {p.partitions_done} != {states.count('done')}")
+        if p.status == "queued":
+            queued += 1
+            if any(s != "pending" for s in states):
+                bad.append(f"{p.job_id}: queued with partitions {states}")
+        if p.status == "done" and any(s != "done" for s in states):
+            bad.append(f"{p.job_id}: done with partitions {states}")
+        if p.status in ("failed", "cancelled") and any(s in ("pending", "synth_done")
+                                                       for s in states):
+            bad.append(f"{p.job_id}: {p.status} but partitions still waiting: {states}")
+        if p.status in ("queued", "running") and any(s in ("failed", "cancelled")
+                                                     for s in states):
+            bad.append(f"{p.job_id}: {p.status} with settled-bad partitions {states}")
+        if p.status == "failed" and not p.error:
+            bad.append(f"{p.job_id}: failed without a reason")
+    for key, ws in holders.items():
+        if key not in seen:
+            bad.append(f"workers {ws} prove {key[0]}/{key[1]} which is not in gpu")
+    if snap.synthesis.active != counts["synthesizing"]:
+        bad.append(f"synthesis.active {snap.synthesis.active} != {counts['synthesizing']}")
+    b = snap.buffers
+    if (b.synth_in_flight, b.pending_handles, b.provers_in_flight, b.aux_in_flight) != (
+        counts["synthesizing"], counts["synth_done"], counts["gpu"], counts["finalizing"]
+    ):
+        bad.append(f"buffers {b} disagree with partition phases {counts}")
+    m = snap.memory
+    if not 0 <= m.used_bytes <= m.total_bytes:
+        bad.append(f"memory used {m.used_bytes} outside 0..{m.total_bytes}")
+    c = snap.counters
+    for total, by_kind, name in ((c.total_completed, c.completed_by_kind, "completed"),
+                                 (c.total_failed, c.failed_by_kind, "failed"),
+                                 (c.total_cancelled, c.cancelled_by_kind, "cancelled"),
+                                 (c.queue_depth, c.queue_depth_by_kind, "queue_depth")):
+        if total != sum(by_kind.values()):
+            bad.append(f"counters.{name} {total} != sum by kind {by_kind}")
+    if c.queue_depth != queued:
+        bad.append(f"queue_depth {c.queue_depth} != queued pipelines {queued}")
+    return bad

@@ -1,0 +1,397 @@
+"""StatusTracker: the stale-finalizer race, every cuzk §4.2/§4.3 defect, and randomized schedules
+checking the DESIGN.md invariants on every snapshot."""
+
+import random
+
+import pytest
+
+from cuzk_engine.status import (
+    DeviceInfo,
+    StatusTracker,
+    StatusTransitionError,
+    _Worker,
+    snapshot_violations,
+)
+
+CPU = [DeviceInfo(0, "cpu", "cpu", "test cpu device")]
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def tracker(workers=2, **kw):
+    return StatusTracker(CPU, workers, **kw)
+
+
+def worker(snap, wid):
+    return next(w for w in snap.gpu_workers if w.worker_id == wid)
+
+
+def part(snap, job, idx):
+    return next(p for p in snap.pipelines if p.job_id == job).partitions[idx]
+
+
+def ready(t, job, idx):
+    t.synth_start(job, idx)
+    t.synth_end(job, idx)
+
+
+class NaiveEndTracker(StatusTracker):
+    """Test double: the unguarded end() that cuzk's gRPC JobTracker still has — the finalizer
+    clears whatever its worker is doing now. Kept to show the race test bites."""
+
+    def _release_worker(self, token, now):
+        pick = self._pickups.get(token)
+        if pick is not None:
+            w = self._workers[pick[0]]
+            self._workers[pick[0]] = _Worker(w.worker_id, w.gpu_ordinal)
+
+
+def run_race(t):
+    """pickup(A) -> prove_start(A) -> pickup(B) -> finalize(A), the sequence of the seeds' story."""
+    for job in ("A", "B"):
+        t.register_job(job, kind="snap-update", profile="tiny", circuit_id="snap-update.tiny",
+                       priority="normal", partitions=1)
+        t.job_started(job)
+        ready(t, job, 0)
+    token_a = t.worker_pickup(0, "A", 0)
+    t.device_done(token_a)
+    t.worker_pickup(0, "B", 0)
+    t.finalize_done("A", 0, token=token_a)
+    return t.snapshot()
+
+
+def test_late_finalizer_does_not_clear_a_worker_that_moved_on():
+    snap = run_race(tracker())
+    w = worker(snap, 0)
+    assert (w.state, w.current_job, w.current_partition) == ("proving", "B", 0)
+    assert part(snap, "B", 0).state == "gpu"
+    assert part(snap, "A", 0).state == "done"
+    assert snapshot_violations(snap) == []
+
+
+def test_race_test_bites_against_naive_end():
+    snap = run_race(NaiveEndTracker(CPU, 2))
+    assert worker(snap, 0).state == "idle"
+    assert any("in gpu held by workers []" in v for v in snapshot_violations(snap))
+
+
+def test_a_live_job_id_cannot_be_registered_twice():
+    # cuzk re-registered duplicate ids over the live entry and mixed partitions of two proofs.
+    t = tracker()
+    t.register_job("J", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=1)
+    with pytest.raises(StatusTransitionError):
+        t.register_job("J", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="normal", partitions=1)
+
+
+def test_pickup_tokens_are_unique_even_for_the_same_partition_key():
+    t = tracker()
+    tokens = set()
+    for n in range(3):
+        t.register_job(f"r{n}", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="normal", partitions=1)
+        t.job_started(f"r{n}")
+        ready(t, f"r{n}", 0)
+        tok = t.worker_pickup(0, f"r{n}", 0)
+        tokens.add(tok)
+        t.device_done(tok)
+    assert len(tokens) == 3
+
+
+def test_single_partition_post_is_a_pipeline_and_moves_workers():
+    t = tracker()
+    t.register_job("w1", kind="winning-post", profile="tiny", circuit_id="winning-post.tiny",
+                   priority="critical", partitions=1)
+    snap = t.snapshot()
+    assert [p.kind for p in snap.pipelines] == ["winning-post"]
+    assert snap.counters.queue_depth_by_kind == {"winning-post": 1}
+    t.job_started("w1")
+    ready(t, "w1", 0)
+    tok = t.worker_pickup(1, "w1", 0)
+    snap = t.snapshot()
+    assert worker(snap, 1).state == "proving" and worker(snap, 1).current_job == "w1"
+    t.device_done(tok)
+    t.finalize_done("w1", 0)
+    t.job_done("w1")
+    snap = t.snapshot()
+    assert snap.counters.completed_by_kind == {"winning-post": 1}
+    assert snap.pipelines[0].status == "done"
+
+
+def test_failed_partition_fails_job_once_is_counted_and_leaves_after_retention():
+    clock = FakeClock()
+    t = tracker(retention=30.0, clock=clock)
+    t.register_job("s", kind="snap-update", profile="tiny", circuit_id="snap-update.tiny",
+                   priority="normal", partitions=3)
+    t.job_started("s")
+    t.synth_start("s", 0)
+    t.synth_start("s", 1)
+    t.partition_failed("s", 0, "synthesis failed: boom")
+    t.partition_failed("s", 1, "synthesis failed: again")
+    snap = t.snapshot()
+    p = snap.pipelines[0]
+    assert p.status == "failed" and "partition 0" in p.error and "boom" in p.error
+    assert [x.state for x in p.partitions] == ["failed", "failed", "cancelled"]
+    assert snap.counters.total_failed == 1 and snap.counters.failed_by_kind == {"snap-update": 1}
+    # cuzk: synthesis.active only grew on failure
+    assert snap.synthesis.active == 0
+    clock.t += 29.9
+    assert len(t.snapshot().pipelines) == 1
+    clock.t += 0.2
+    assert t.snapshot().pipelines == []
+    assert t.snapshot().counters.total_failed == 1
+
+
+def test_device_failure_shows_failed_not_done_and_frees_the_worker():
+    t = tracker()
+    t.register_job("p", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=2)
+    t.job_started("p")
+    ready(t, "p", 0)
+    tok = t.worker_pickup(0, "p", 0)
+    t.partition_failed("p", 0, "prove_start: device error", token=tok)
+    snap = t.snapshot()
+    assert part(snap, "p", 0).state == "failed"
+    assert worker(snap, 0).state == "idle"
+    assert snap.pipelines[0].status == "failed"
+    assert snapshot_violations(snap) == []
+
+
+def test_pickup_of_an_ended_job_is_refused_and_leaves_worker_idle():
+    # cuzk marked a worker busy on pickup before its already-failed check.
+    t = tracker()
+    t.register_job("c", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=2)
+    t.job_started("c")
+    ready(t, "c", 0)
+    t.job_cancelled("c")
+    assert t.worker_pickup(0, "c", 0) is None
+    snap = t.snapshot()
+    assert worker(snap, 0).state == "idle"
+    assert [x.state for x in snap.pipelines[0].partitions] == ["cancelled", "cancelled"]
+
+
+def test_srs_list_shows_loading_entries_and_in_use_is_not_evictable():
+    # cuzk returned [] whenever the SRS mutex was held, e.g. for the whole of a load.
+    t = tracker()
+    t.srs_update("porep-c2.tiny", 1000, "loading", 1)
+    s = t.snapshot().allocations["srs"]
+    assert [(a.circuit_id, a.state, a.evictable) for a in s] == [("porep-c2.tiny", "loading",
+                                                                  False)]
+    t.srs_update("porep-c2.tiny", 1200, "loaded", 0)
+    assert t.snapshot().allocations["srs"][0].evictable is True
+    t.srs_removed("porep-c2.tiny")
+    assert t.snapshot().allocations["srs"] == []
+
+
+def test_seq_increases_with_every_change_and_forbidden_transitions_raise():
+    t = tracker()
+    s0 = t.snapshot().seq
+    t.register_job("x", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="low", partitions=1)
+    assert t.snapshot().seq > s0
+    with pytest.raises(StatusTransitionError):
+        t.synth_end("x", 0)
+    with pytest.raises(StatusTransitionError):
+        t.job_done("x")
+
+
+def test_memory_reader_is_reported_and_checked():
+    t = tracker(memory=lambda: (100, 40))
+    m = t.snapshot().memory
+    assert (m.total_bytes, m.used_bytes, m.available_bytes) == (100, 40, 60)
+    bad = StatusTracker(CPU, 1, memory=lambda: (100, 140)).snapshot()
+    assert any("memory used" in v for v in snapshot_violations(bad))
+
+
+def test_snapshot_json_keeps_cuzk_names_and_adds_timeline_fields():
+    t = tracker()
+    t.register_job("j", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=1, request_id="req-1")
+    d = t.snapshot().to_json()
+    for key in ("uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers", "allocations",
+                "counters", "buffers", "seq", "version", "devices"):
+        assert key in d
+    pl = d["pipelines"][0]
+    assert pl["request_id"] == "req-1" and pl["proof_kind"] == "porep-c2"
+    assert set(pl["partitions"][0]) >= {"index", "state", "synth_ms", "gpu_ms", "finalize_ms",
+                                        "synth_start_ms", "gpu_start_ms", "finalize_start_ms"}
+    assert set(d["gpu_workers"][0]) >= {"worker_id", "gpu_ordinal", "state", "current_job",
+                                        "current_partition", "busy_secs"}
+    assert d["devices"][0]["description"] == "test cpu device"
+
+
+# ---------------------------------------------------------------------- randomized schedules
+
+
+class Model:
+    """Drives a tracker through a random but legal interleaving of engine events — including
+    finalizers that run long after their worker moved on — and checks every snapshot."""
+
+    def __init__(self, rng, n_workers, clock):
+        self.rng = rng
+        self.clock = clock
+        self.t = StatusTracker(
+            [DeviceInfo(0, "cpu", "cpu", "a"), DeviceInfo(1, "cuda:1", "cuda", "b")],
+            n_workers // 2, memory=lambda: (1000, rng.randint(0, 1000)), retention=5.0,
+            clock=clock,
+        )
+        self.n_workers = n_workers
+        self.jobs = {}  # job -> n partitions
+        self.status = {}
+        self.state = {}  # (job, i) -> phase, as the engine believes
+        self.free_workers = list(range(n_workers))
+        self.held = {}  # worker -> (token, job, i)
+        self.finalizing = []  # (token or None, job, i)
+        self.terminal = {"done": 0, "failed": 0, "cancelled": 0}
+        self.next_id = 0
+        self.last_seq = -1
+        self.snapshots = 0
+
+    def submit(self):
+        jid = f"j{self.next_id}"
+        self.next_id += 1
+        kind, n = self.rng.choice([("winning-post", 1), ("window-post", 1), ("snap-update", 16),
+                                   ("porep-c2", 10)])
+        self.t.register_job(jid, kind=kind, profile="tiny", circuit_id=f"{kind}.tiny",
+                            priority="normal", partitions=n)
+        self.jobs[jid] = n
+        self.status[jid] = "queued"
+        for i in range(n):
+            self.state[(jid, i)] = "pending"
+
+    def alive(self, jid):
+        return self.status[jid] not in ("done", "failed", "cancelled")
+
+    def end(self, jid, status):
+        if self.alive(jid):
+            self.status[jid] = status
+            self.terminal[status] += 1
+            for key, st in self.state.items():
+                if key[0] == jid and st in ("pending", "synth_done"):
+                    self.state[key] = "cancelled"
+
+    def candidates(self, phase):
+        return [k for k, s in self.state.items() if s == phase]
+
+    def step(self):
+        r = self.rng.random()
+        self.clock.t += self.rng.random() * 0.5
+        if r < 0.06:
+            if sum(self.alive(j) for j in self.status) < 5:
+                self.submit()
+        elif r < 0.12:
+            queued = [j for j, s in self.status.items() if s == "queued"]
+            if queued:
+                j = self.rng.choice(queued)
+                self.t.job_started(j)
+                self.status[j] = "running"
+        elif r < 0.30:
+            c = [k for k in self.candidates("pending") if self.status[k[0]] == "running"]
+            if c:
+                k = self.rng.choice(c)
+                assert self.t.synth_start(*k)
+                self.state[k] = "synthesizing"
+        elif r < 0.45:
+            c = self.candidates("synthesizing")
+            if c:
+                k = self.rng.choice(c)
+                if self.rng.random() < 0.02:
+                    self.t.partition_failed(*k, "synthesis failed: injected")
+                    self.state[k] = "failed"
+                    self.end(k[0], "failed")
+                else:
+                    ok = self.t.synth_end(*k)
+                    assert ok == self.alive(k[0])
+                    self.state[k] = "synth_done" if ok else "cancelled"
+        elif r < 0.60:
+            c = self.candidates("synth_done")
+            if c and self.free_workers:
+                k = self.rng.choice(c)
+                w = self.free_workers.pop(self.rng.randrange(len(self.free_workers)))
+                tok = self.t.worker_pickup(w, *k)
+                assert tok is not None
+                self.held[w] = (tok, *k)
+                self.state[k] = "gpu"
+        elif r < 0.75:
+            if self.held:
+                w = self.rng.choice(list(self.held))
+                tok, j, i = self.held.pop(w)
+                self.free_workers.append(w)
+                if self.rng.random() < 0.02:
+                    self.t.partition_failed(j, i, "device error: injected", token=tok)
+                    self.state[(j, i)] = "failed"
+                    self.end(j, "failed")
+                elif self.t.device_done(tok):
+                    self.state[(j, i)] = "finalizing"
+                    self.finalizing.append((tok, j, i))
+                else:
+                    self.state[(j, i)] = "cancelled"
+        elif r < 0.90:
+            if self.finalizing:
+                tok, j, i = self.finalizing.pop(self.rng.randrange(len(self.finalizing)))
+                # the late finalizer passes its old token, as in the seeds' race
+                ok = self.t.finalize_done(j, i, token=tok)
+                self.state[(j, i)] = "done" if ok else "cancelled"
+                if ok and all(self.state[(j, x)] == "done" for x in range(self.jobs[j])):
+                    self.t.job_done(j)
+                    self.end(j, "done")
+        elif r < 0.93:
+            live = [j for j in self.status if self.alive(j)]
+            if live:
+                j = self.rng.choice(live)
+                assert self.t.job_cancelled(j)
+                self.end(j, "cancelled")
+        self.check()
+
+    def check(self):
+        snap = self.t.snapshot()
+        self.snapshots += 1
+        assert snapshot_violations(snap) == [], snapshot_violations(snap)
+        assert snap.seq >= self.last_seq
+        self.last_seq = snap.seq
+        c = snap.counters
+        assert (c.total_completed, c.total_failed, c.total_cancelled) == (
+            self.terminal["done"], self.terminal["failed"], self.terminal["cancelled"]
+        )
+        shown = {p.job_id: p for p in snap.pipelines}
+        gone = []
+        for jid, st in self.status.items():
+            if jid in shown:
+                assert shown[jid].status == st
+                for pt in shown[jid].partitions:
+                    assert pt.state == self.state[(jid, pt.index)]
+            else:
+                # only settled terminal jobs may leave the list
+                assert st in ("done", "failed", "cancelled")
+                assert all(self.state[(jid, i)] in ("done", "failed", "cancelled")
+                           for i in range(self.jobs[jid]))
+                gone.append(jid)
+        for jid in gone:
+            del self.status[jid]
+            for i in range(self.jobs.pop(jid)):
+                del self.state[(jid, i)]
+        for w in snap.gpu_workers:
+            if w.worker_id in self.held:
+                _, j, i = self.held[w.worker_id]
+                assert (w.state, w.current_job, w.current_partition) == ("proving", j, i)
+            else:
+                assert w.state == "idle"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_randomized_schedules_keep_every_invariant(seed):
+    rng = random.Random(seed)
+    m = Model(rng, 4, FakeClock())
+    for _ in range(3):
+        m.submit()
+    while m.snapshots < 6000:  # x2 seeds: 12,000 checked snapshots
+        m.step()
+    assert m.terminal["done"] > 10 and m.terminal["failed"] > 0 and m.terminal["cancelled"] > 0
