@@ -1,0 +1,143 @@
+"""Rank-1 constraint systems: variables, linear combinations, `enforce`, witness, density.
+
+Variable 0 is the constant ONE; public inputs follow it (they must all be allocated before
+the first private variable, as in bellman's input/aux split) and private ("aux") variables
+come last. A linear combination is a dict {variable: coefficient}. `enforce` evaluates its
+three combinations on the witness as it goes, so the a/b/c vectors the prover needs exist the
+moment synthesis ends and satisfiability is one comparison per constraint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuzk_engine.errors import UnsatisfiedCircuit
+from cuzk_engine.field import MODULUS
+
+ONE = 0
+
+LC = dict[int, int]
+
+
+def lc_eval(lc: LC, values: list[int]) -> int:
+    return sum(coeff * values[var] for var, coeff in lc.items()) % MODULUS
+
+
+def lc_add(x: LC, y: LC, scale: int = 1) -> LC:
+    """x + scale * y."""
+    out = dict(x)
+    for var, coeff in y.items():
+        out[var] = (out.get(var, 0) + scale * coeff) % MODULUS
+    return {v: c for v, c in out.items() if c}
+
+
+def lc_scale(x: LC, scale: int) -> LC:
+    scale %= MODULUS
+    if not scale:
+        return {}
+    return {v: c * scale % MODULUS for v, c in x.items()}
+
+
+@dataclass
+class ConstraintSystem:
+    values: list[int] = field(default_factory=lambda: [1])
+    num_inputs: int = 1  # ONE plus the public inputs
+    a: list[LC] = field(default_factory=list)
+    b: list[LC] = field(default_factory=list)
+    c: list[LC] = field(default_factory=list)
+    a_vals: list[int] = field(default_factory=list)
+    b_vals: list[int] = field(default_factory=list)
+    c_vals: list[int] = field(default_factory=list)
+    # constraint j was added under labels[label_of[j]]; one label per gadget call, not per row
+    labels: list[str] = field(default_factory=lambda: ["circuit"])
+    label_of: list[int] = field(default_factory=list)
+    _label: int = 0
+    _sealed: bool = False
+
+    # -- variables ---------------------------------------------------------------------------
+    @property
+    def num_variables(self) -> int:
+        return len(self.values)
+
+    @property
+    def num_aux(self) -> int:
+        return len(self.values) - self.num_inputs
+
+    @property
+    def num_constraints(self) -> int:
+        return len(self.a)
+
+    def alloc_input(self, value: int) -> int:
+        if len(self.values) != self.num_inputs:
+            raise RuntimeError("public inputs must be allocated before private variables")
+        self.values.append(value % MODULUS)
+        self.num_inputs += 1
+        return len(self.values) - 1
+
+    def alloc(self, value: int) -> int:
+        self.values.append(value % MODULUS)
+        return len(self.values) - 1
+
+    @property
+    def public_inputs(self) -> list[int]:
+        return self.values[1:self.num_inputs]
+
+    # -- constraints -------------------------------------------------------------------------
+    def label(self, text: str) -> None:
+        """Name the constraints added from now on (reported when one of them fails)."""
+        self.labels.append(text)
+        self._label = len(self.labels) - 1
+
+    def enforce(self, a: LC, b: LC, c: LC) -> None:
+        """a * b = c."""
+        if self._sealed:
+            raise RuntimeError("constraint system is sealed")
+        values = self.values
+        self.a.append(a)
+        self.b.append(b)
+        self.c.append(c)
+        self.a_vals.append(sum(k * values[v] for v, k in a.items()) % MODULUS)
+        self.b_vals.append(sum(k * values[v] for v, k in b.items()) % MODULUS)
+        self.c_vals.append(sum(k * values[v] for v, k in c.items()) % MODULUS)
+        self.label_of.append(self._label)
+
+    def seal(self) -> None:
+        """Bind every public input (and ONE) with `x * 0 = 0`, as bellman does.
+
+        Without this an input that appears in no A row would get an all-zero IC point, and a
+        verifier would accept any value for it. The rows make A_i(tau) of distinct inputs
+        linearly independent, which is also what keeps the IC points distinct.
+        """
+        if self._sealed:
+            return
+        self.label("public input binding")
+        for var in range(self.num_inputs):
+            self.enforce({var: 1}, {}, {})
+        self._sealed = True
+
+    # -- checks ------------------------------------------------------------------------------
+    def first_unsatisfied(self) -> int | None:
+        for j, (x, y, z) in enumerate(zip(self.a_vals, self.b_vals, self.c_vals)):
+            if x * y % MODULUS != z:
+                return j
+        return None
+
+    def check_satisfied(self) -> None:
+        j = self.first_unsatisfied()
+        if j is not None:
+            raise UnsatisfiedCircuit(
+                f"constraint {j} ({self.labels[self.label_of[j]]}) is not satisfied: "
+                f"a*b != c with a={self.a_vals[j]}, b={self.b_vals[j]}, c={self.c_vals[j]}")
+
+    def density(self) -> tuple[list[bool], list[bool]]:
+        """Which variables occur in some A row / some B row. A variable absent from every A
+        row has A_i(tau) = 0, so its MSM term can be skipped (bellperson's density)."""
+        in_a = [False] * self.num_variables
+        in_b = [False] * self.num_variables
+        for lc in self.a:
+            for v in lc:
+                in_a[v] = True
+        for lc in self.b:
+            for v in lc:
+                in_b[v] = True
+        return in_a, in_b
