@@ -11,6 +11,14 @@
 
 #include "fp.h"
 
+/* The point formulas are large (a dozen inlined Montgomery products each); forcing them inline
+ * into every caller multiplies the PTX size and NVRTC time, so on the device they stay calls. */
+#ifdef __CUDACC__
+#define HD_CALL __host__ __device__ __noinline__
+#else
+#define HD_CALL static
+#endif
+
 typedef struct {
     fp_t x, y;
 } g1_affine_t;
@@ -45,7 +53,7 @@ HD g1_jacobian_t g1_from_affine(const g1_affine_t *p)
     return r;
 }
 
-HD g1_jacobian_t g1_dbl(const g1_jacobian_t *p)
+HD_CALL g1_jacobian_t g1_dbl(const g1_jacobian_t *p)
 {
     if (g1_is_infinity(p)) return *p;
     fp_t a = fp_sqr(&p->x);
@@ -73,7 +81,7 @@ HD g1_jacobian_t g1_dbl(const g1_jacobian_t *p)
     return r;
 }
 
-HD g1_jacobian_t g1_add(const g1_jacobian_t *p, const g1_jacobian_t *q)
+HD_CALL g1_jacobian_t g1_add(const g1_jacobian_t *p, const g1_jacobian_t *q)
 {
     if (g1_is_infinity(p)) return *q;
     if (g1_is_infinity(q)) return *p;
@@ -115,7 +123,7 @@ HD g1_jacobian_t g1_add(const g1_jacobian_t *p, const g1_jacobian_t *q)
 }
 
 /* p + q with q affine (Z = 1): the bucket-accumulation step. */
-HD g1_jacobian_t g1_add_mixed(const g1_jacobian_t *p, const g1_affine_t *q)
+HD_CALL g1_jacobian_t g1_add_mixed(const g1_jacobian_t *p, const g1_affine_t *q)
 {
     if (g1_affine_is_infinity(q)) return *p;
     if (g1_is_infinity(p)) return g1_from_affine(q);
@@ -153,7 +161,7 @@ HD g1_jacobian_t g1_add_mixed(const g1_jacobian_t *p, const g1_affine_t *q)
 }
 
 /* k*p for a small non-negative k (bucket offsets in the window reduction), double-and-add. */
-HD g1_jacobian_t g1_mul_small(const g1_jacobian_t *p, fr_limb k)
+HD_CALL g1_jacobian_t g1_mul_small(const g1_jacobian_t *p, fr_limb k)
 {
     g1_jacobian_t acc = g1_infinity();
     for (int bit = 63; bit >= 0; bit--) {
