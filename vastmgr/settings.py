@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "channels",
     "vastmgr.fleet",
     "vastmgr.proofs",
+    "vastmgr.remote",
 ]
 
 MIDDLEWARE = [

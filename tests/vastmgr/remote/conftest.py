@@ -1,0 +1,31 @@
+import asyncssh
+import pytest
+
+from vastmgr.fleet.models import Machine
+from vastmgr.remote.models import RemoteHost, Secret
+
+from .fake_host import FakeHost
+
+
+@pytest.fixture
+def client_key():
+    return asyncssh.generate_private_key("ssh-ed25519")
+
+
+@pytest.fixture
+async def fake_host(tmp_path, client_key):
+    host = FakeHost(tmp_path / "remote", client_key.export_public_key().decode())
+    await host.start()
+    yield host
+    await host.stop()
+
+
+@pytest.fixture
+def ssh_machine(fake_host, client_key):
+    """A Machine pointing at the fake host, with its private key stored encrypted."""
+    machine = Machine.objects.create(name="box-1", provider=Machine.Provider.SSH,
+                                     host="127.0.0.1", ssh_port=fake_host.port,
+                                     ssh_user="prover")
+    remote = RemoteHost.for_machine(machine)
+    Secret.store(remote.ssh_key_secret_name, client_key.export_private_key().decode())
+    return machine

@@ -1,0 +1,69 @@
+"""Settings of the remote app, read from the environment (Django settings may override them).
+
+Minutes everywhere, because that is how operators think about host timeouts.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from vastmgr.config import ConfigError
+
+DEFAULT_VAST_URL = "https://console.vast.ai"
+
+# How long a machine may sit in a state before the automation kills it (the original
+# vast-manager used 90 min for fetching parameters and 45 min for the benchmark).
+DEFAULT_STATE_TIMEOUTS_MIN = {
+    "registered": 30.0,
+    "provisioning": 90.0,
+    "params_ready": 45.0,
+    "benchmarked": 30.0,
+}
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    vast_url: str = DEFAULT_VAST_URL
+    state_timeouts_min: dict = field(default_factory=lambda: dict(DEFAULT_STATE_TIMEOUTS_MIN))
+    min_bench_rate: float = 50.0
+    auto_destroy_idle_min: float | None = None
+    alert_webhook_url: str = ""
+    offline_alert_min: float = 5.0
+
+    @classmethod
+    def load(cls) -> "RemoteSettings":
+        override = getattr(settings, "VASTMGR_REMOTE", None)
+        if override is not None:
+            return override
+        timeouts = {
+            state: _env_float(f"VASTMGR_TIMEOUT_{state.upper()}_MIN", default)
+            for state, default in DEFAULT_STATE_TIMEOUTS_MIN.items()
+        }
+        url = os.environ.get("VAST_URL", DEFAULT_VAST_URL).rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"VAST_URL must start with http:// or https:// (got {url!r})")
+        webhook = os.environ.get("VASTMGR_ALERT_WEBHOOK_URL", "").strip()
+        if webhook and not webhook.startswith(("http://", "https://")):
+            raise ConfigError("VASTMGR_ALERT_WEBHOOK_URL must start with http:// or https://")
+        return cls(
+            vast_url=url,
+            state_timeouts_min=timeouts,
+            min_bench_rate=_env_float("VASTMGR_MIN_BENCH_RATE", 50.0),
+            auto_destroy_idle_min=_env_float("VASTMGR_AUTO_DESTROY_IDLE_MIN", None),
+            alert_webhook_url=webhook,
+            offline_alert_min=_env_float("VASTMGR_OFFLINE_ALERT_MIN", 5.0),
+        )

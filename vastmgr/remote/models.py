@@ -1,0 +1,140 @@
+from decimal import Decimal
+
+from django.db import models
+from django.utils import timezone
+
+from vastmgr.fleet.models import Event, Machine
+
+from . import secrets
+
+
+class Secret(models.Model):
+    """One named secret, encrypted at rest; it is written once and never rendered again."""
+
+    VAST_API_KEY = "vast_api_key"
+
+    name = models.CharField(max_length=100, unique=True)
+    ciphertext = models.BinaryField()
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<Secret {self.name!r}>"
+
+    @classmethod
+    def store(cls, name: str, value: str) -> "Secret":
+        if not value or not value.strip():
+            raise ValueError(f"secret {name!r} is empty")
+        secret, _ = cls.objects.update_or_create(
+            name=name, defaults={"ciphertext": secrets.encrypt(value.strip())}
+        )
+        return secret
+
+    @classmethod
+    def reveal(cls, name: str) -> str:
+        try:
+            row = cls.objects.get(name=name)
+        except cls.DoesNotExist:
+            raise secrets.SecretUnavailable(f"secret {name!r} has not been entered") from None
+        return secrets.decrypt(row.ciphertext, name=name)
+
+    @classmethod
+    def is_set(cls, name: str) -> bool:
+        return cls.objects.filter(name=name).exists()
+
+
+class RemoteHost(models.Model):
+    """What the remote app knows about a machine beyond the fleet's own columns."""
+
+    machine = models.OneToOneField(Machine, on_delete=models.CASCADE, related_name="remote")
+    key_file = models.CharField(
+        max_length=500, blank=True,
+        help_text="Private key file on the dashboard host; empty when a key is stored encrypted",
+    )
+    remote_dir = models.CharField(max_length=200, default="vastmgr-engine",
+                                  help_text="Install directory, relative to the login directory")
+    billing_started = models.DateTimeField(null=True, blank=True)
+    billing_ended = models.DateTimeField(null=True, blank=True)
+    offline_alerted_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"remote {self.machine.name}"
+
+    @property
+    def ssh_key_secret_name(self) -> str:
+        return f"ssh_key:{self.machine_id}"
+
+    def spent(self, now=None) -> Decimal:
+        """Money spent so far: $/h × billed hours (from rent, or from when we started counting)."""
+        price = self.machine.price_per_hour
+        if price is None or self.billing_started is None:
+            return Decimal(0)
+        end = self.billing_ended or now or timezone.now()
+        hours = Decimal(max((end - self.billing_started).total_seconds(), 0)) / Decimal(3600)
+        return (price * hours).quantize(Decimal("0.0001"))
+
+    @classmethod
+    def for_machine(cls, machine: Machine) -> "RemoteHost":
+        remote, _ = cls.objects.get_or_create(machine=machine)
+        return remote
+
+
+class BadHost(models.Model):
+    """A provider machine that failed us (slow benchmark, broken install): never rent it again."""
+
+    provider = models.CharField(max_length=10, choices=Machine.Provider.choices,
+                                default=Machine.Provider.VAST)
+    provider_machine_id = models.BigIntegerField()
+    reason = models.TextField()
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = (models.UniqueConstraint(fields=("provider", "provider_machine_id"),
+                                               name="unique_bad_host"),)
+        ordering = ("-created",)
+
+    def __str__(self) -> str:
+        return f"{self.provider} machine {self.provider_machine_id}"
+
+    @classmethod
+    def flag(cls, provider_machine_id: int, reason: str, *, machine=None,
+             provider=Machine.Provider.VAST) -> "BadHost":
+        bad, created = cls.objects.get_or_create(
+            provider=provider, provider_machine_id=provider_machine_id,
+            defaults={"reason": reason},
+        )
+        if created:
+            Event.record("bad_host", f"{provider} machine {provider_machine_id} marked bad: {reason}",
+                         machine=machine, level=Event.Level.WARNING,
+                         data={"provider_machine_id": provider_machine_id, "reason": reason})
+        return bad
+
+
+class HostPerf(models.Model):
+    """Best benchmark seen per provider machine and GPU set; feeds the price-per-proof estimate."""
+
+    provider_machine_id = models.BigIntegerField(null=True, blank=True)
+    gpu_name = models.CharField(max_length=100)
+    gpu_count = models.PositiveIntegerField()
+    proofs_per_hour = models.FloatField()
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = (models.UniqueConstraint(
+            fields=("provider_machine_id", "gpu_name", "gpu_count"), name="unique_host_perf"),)
+
+    def __str__(self) -> str:
+        return f"{self.gpu_count}x {self.gpu_name} @ {self.provider_machine_id}: {self.proofs_per_hour}/h"
+
+    @classmethod
+    def record(cls, *, provider_machine_id, gpu_name: str, gpu_count: int, rate: float) -> None:
+        perf, created = cls.objects.get_or_create(
+            provider_machine_id=provider_machine_id, gpu_name=gpu_name, gpu_count=gpu_count,
+            defaults={"proofs_per_hour": rate},
+        )
+        if not created and rate > perf.proofs_per_hour:
+            perf.proofs_per_hour = rate
+            perf.save(update_fields=["proofs_per_hour", "updated"])

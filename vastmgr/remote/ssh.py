@@ -1,0 +1,299 @@
+"""SSH to remote machines: one kept-alive connection per machine, host keys pinned on first contact.
+
+Host keys follow trust-on-first-use: the key a host presents on its first successful contact is
+stored on the Machine, and every later connection accepts only that key. A different key is
+refused (an Event says so, with both fingerprints) until an operator clears the pin. The engine
+listens on the host's loopback only; `MachineLink.tunnel()` forwards a local port to it.
+"""
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+from asgiref.sync import sync_to_async
+
+from vastmgr.fleet.models import Event, Machine
+
+from .models import RemoteHost, Secret
+from .secrets import SecretUnavailable
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_INTERVAL_S = 15
+KEEPALIVE_COUNT_MAX = 3
+CONNECT_TIMEOUT_S = 15
+
+
+class SSHError(RuntimeError):
+    """An SSH failure described for an operator; never carries key material."""
+
+
+class HostKeyChanged(SSHError):
+    """The host presented a key other than the pinned one; we refuse to talk to it."""
+
+
+class SSHAuthFailed(SSHError):
+    pass
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    machine_id: int
+    name: str
+    host: str
+    port: int
+    username: str
+    client_key: asyncssh.SSHKey
+    pinned_key: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.username}@{self.host}:{self.port}"
+
+
+def fingerprint(openssh_public_key: str) -> str:
+    return asyncssh.import_public_key(openssh_public_key).get_fingerprint()
+
+
+def load_target(machine: Machine) -> SSHTarget:
+    """Everything needed to connect, read from the database (sync: call it off the event loop)."""
+    if not machine.host:
+        raise SSHError(f"{machine.name}: no SSH host is set")
+    remote = RemoteHost.for_machine(machine)
+    try:
+        if remote.key_file:
+            key = asyncssh.read_private_key(Path(remote.key_file).expanduser())
+        else:
+            key = asyncssh.import_private_key(Secret.reveal(remote.ssh_key_secret_name))
+    except SecretUnavailable as exc:
+        raise SSHError(f"{machine.name}: no usable SSH private key ({exc})") from None
+    except (OSError, asyncssh.KeyImportError) as exc:
+        # The message of a key import error names the problem, never the key bytes.
+        raise SSHError(f"{machine.name}: the SSH private key cannot be loaded: {exc}") from None
+    return SSHTarget(machine.pk, machine.name, machine.host, machine.ssh_port, machine.ssh_user,
+                     key, machine.ssh_host_key.strip())
+
+
+def _pin(machine_id: int, public_key: str) -> None:
+    machine = Machine.objects.get(pk=machine_id)
+    if machine.ssh_host_key.strip():
+        return
+    machine.ssh_host_key = public_key
+    machine.save(update_fields=["ssh_host_key", "updated"])
+    Event.record("ssh", f"{machine.name}: host key pinned on first contact "
+                        f"({fingerprint(public_key)})", machine=machine)
+
+
+def _record_failure(machine_id: int, message: str, kind: str = "ssh") -> None:
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if machine is not None:
+        RemoteHost.objects.filter(machine=machine).update(last_error=message)
+    Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
+
+
+async def _presented_key(target: SSHTarget) -> str:
+    key = await asyncio.wait_for(
+        asyncssh.get_server_host_key(target.host, target.port, config=None), CONNECT_TIMEOUT_S)
+    return key.export_public_key().decode().strip() if key else ""
+
+
+async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
+    """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin."""
+    known_hosts = None
+    if target.pinned_key:
+        try:
+            pinned = asyncssh.import_public_key(target.pinned_key)
+        except asyncssh.KeyImportError:
+            raise HostKeyChanged(f"{target.name}: the pinned host key is unreadable; clear it "
+                                 "and reconnect to pin again") from None
+        known_hosts = ([pinned], [], [])
+    try:
+        conn = await asyncio.wait_for(asyncssh.connect(
+            target.host, target.port, username=target.username, client_keys=[target.client_key],
+            known_hosts=known_hosts, agent_path=None, config=None, preferred_auth="publickey",
+            keepalive_interval=KEEPALIVE_INTERVAL_S, keepalive_count_max=KEEPALIVE_COUNT_MAX,
+        ), CONNECT_TIMEOUT_S)
+    except asyncssh.HostKeyNotVerifiable:
+        try:
+            presented = fingerprint(await _presented_key(target))
+        except (TimeoutError, OSError, asyncssh.Error):
+            presented = "unknown"
+        message = (f"{target.name}: host key changed at {target.address}: pinned "
+                   f"{fingerprint(target.pinned_key)}, presented {presented}. Connection "
+                   "refused; clear the pinned key only if the host was really reinstalled")
+        await sync_to_async(_record_failure)(target.machine_id, message, "ssh_host_key")
+        raise HostKeyChanged(message) from None
+    except asyncssh.PermissionDenied:
+        message = f"{target.name}: SSH authentication failed for {target.address} (key rejected)"
+        await sync_to_async(_record_failure)(target.machine_id, message)
+        raise SSHAuthFailed(message) from None
+    except (TimeoutError, OSError, asyncssh.Error) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or \
+            type(exc).__name__
+        message = f"{target.name}: cannot connect to {target.address}: {reason}"
+        await sync_to_async(_record_failure)(target.machine_id, message)
+        raise SSHError(message) from None
+    if not target.pinned_key:
+        host_key = conn.get_server_host_key()
+        await sync_to_async(_pin)(target.machine_id, host_key.export_public_key().decode().strip())
+    return conn
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter, so many hosts that fail together retry apart."""
+
+    initial_s: float = 1.0
+    maximum_s: float = 60.0
+    factor: float = 2.0
+    attempts: int = 5
+
+    def delays(self):
+        delay = self.initial_s
+        for _ in range(self.attempts - 1):
+            yield random.uniform(0, delay)
+            delay = min(delay * self.factor, self.maximum_s)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+class MachineLink:
+    """The one SSH connection to one machine: reconnects with backoff, carries tunnels and commands.
+
+    Authentication failures and host-key changes are not retried: trying again cannot fix them.
+    """
+
+    def __init__(self, machine_id: int, *, backoff: Backoff | None = None,
+                 sleep: Callable[[float], Awaitable] = asyncio.sleep):
+        self.machine_id = machine_id
+        self.backoff = backoff or Backoff()
+        self._sleep = sleep
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = asyncio.Lock()
+        self._tunnels: dict[int, asyncssh.SSHListener] = {}
+
+    async def _target(self) -> SSHTarget:
+        machine = await Machine.objects.aget(pk=self.machine_id)
+        return await sync_to_async(load_target)(machine)
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.is_closed()
+
+    async def connection(self) -> asyncssh.SSHClientConnection:
+        async with self._lock:
+            if self.connected:
+                return self._conn
+            self._tunnels.clear()
+            delays = self.backoff.delays()
+            while True:
+                try:
+                    self._conn = await open_connection(await self._target())
+                    return self._conn
+                except (HostKeyChanged, SSHAuthFailed):
+                    raise
+                except SSHError:
+                    delay = next(delays, None)
+                    if delay is None:
+                        raise
+                    await self._sleep(delay)
+
+    async def tunnel(self, remote_port: int) -> int:
+        """A local port on 127.0.0.1 that reaches 127.0.0.1:remote_port on the machine."""
+        conn = await self.connection()
+        listener = self._tunnels.get(remote_port)
+        if listener is None:
+            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
+            self._tunnels[remote_port] = listener
+        return listener.get_port()
+
+    async def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
+        conn = await self.connection()
+        try:
+            result = await conn.run(command, check=False, timeout=timeout)
+        except asyncssh.TimeoutError as exc:
+            return CommandResult(command, 124, str(exc.stdout or ""),
+                                 f"timed out after {timeout} s")
+        status = result.exit_status if result.exit_status is not None else 255
+        return CommandResult(command, status, str(result.stdout or ""), str(result.stderr or ""))
+
+    async def stream(self, command: str, on_line: Callable[[str, str], Awaitable[None]], *,
+                     timeout: float | None = None) -> int:
+        """Run `command`, calling on_line(stream_name, line) as output arrives; return its status."""
+        conn = await self.connection()
+        async with conn.create_process(command, stderr=asyncssh.STDOUT) as process:
+            async def pump() -> int | None:
+                while line := await process.stdout.readline():
+                    await on_line("stdout", line.rstrip("\n"))
+                return (await process.wait()).exit_status
+            try:
+                status = await asyncio.wait_for(pump(), timeout)
+            except TimeoutError:
+                process.terminate()
+                await on_line("stderr", f"timed out after {timeout} s")
+                return 124
+        return status if status is not None else 255
+
+    async def sftp(self) -> asyncssh.SFTPClient:
+        return await (await self.connection()).start_sftp_client()
+
+    async def close(self) -> None:
+        async with self._lock:
+            for listener in self._tunnels.values():
+                listener.close()
+            self._tunnels.clear()
+            if self._conn is not None:
+                self._conn.close()
+                await self._conn.wait_closed()
+                self._conn = None
+
+
+class LinkPool:
+    """One MachineLink per machine id, shared by the controller, provisioning and commands."""
+
+    def __init__(self, **link_options):
+        self._links: dict[int, MachineLink] = {}
+        self._options = link_options
+
+    def get(self, machine_id: int) -> MachineLink:
+        link = self._links.get(machine_id)
+        if link is None:
+            link = self._links[machine_id] = MachineLink(machine_id, **self._options)
+        return link
+
+    async def drop(self, machine_id: int) -> None:
+        link = self._links.pop(machine_id, None)
+        if link is not None:
+            await link.close()
+
+    async def close(self) -> None:
+        for machine_id in list(self._links):
+            await self.drop(machine_id)
+
+
+class SSHTunnelTransport:
+    """The fleet controller's transport for provider ssh/vast: the engine's URL through a tunnel."""
+
+    def __init__(self, pool: LinkPool | None = None):
+        self.pool = pool or LinkPool()
+
+    async def engine_url(self, machine: Machine) -> str:
+        port = await self.pool.get(machine.pk).tunnel(machine.engine_port)
+        return f"http://127.0.0.1:{port}"
+
+    async def forget(self, machine: Machine) -> None:
+        await self.pool.drop(machine.pk)
