@@ -90,15 +90,18 @@ def compile_ptx(source_name: str, arch: str = DEFAULT_ARCH) -> str:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def nvcc_check(source_name: str, arch: str = "sm_90") -> str:
-    """Build one kernel file to a cubin with nvcc; returns nvcc's diagnostics (empty when clean)."""
+def nvcc_check(source_name: str, arch: str = "sm_90", output: str = "ptx") -> str:
+    """Build one kernel file with nvcc, to PTX (front end only, seconds) or to a cubin (adds
+    ptxas, tens of seconds for msm.cu); returns nvcc's diagnostics (empty when clean)."""
+    if output not in ("ptx", "cubin"):
+        raise ValueError(f"output must be 'ptx' or 'cubin', not {output!r}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         result = subprocess.run(
-            [nvcc, f"-arch={arch}", "-std=c++17", "-I", str(SOURCE_DIR), "-cubin",
-             "-o", str(Path(tmp) / "kernel.cubin"), str(SOURCE_DIR / source_name)],
+            [nvcc, f"-arch={arch}", "-std=c++17", "-I", str(SOURCE_DIR), f"-{output}",
+             "-o", str(Path(tmp) / f"kernel.{output}"), str(SOURCE_DIR / source_name)],
             capture_output=True, text=True)
     if result.returncode != 0:
         raise KernelCompileError(source_name, result.stderr)
