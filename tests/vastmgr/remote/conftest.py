@@ -29,3 +29,29 @@ def ssh_machine(fake_host, client_key):
     remote = RemoteHost.for_machine(machine)
     Secret.store(remote.ssh_key_secret_name, client_key.export_private_key().decode())
     return machine
+
+
+API_KEY = "vast-test-key-0123456789abcdef"
+
+
+@pytest.fixture
+async def fake_vast(fake_host):
+    from .fake_vast import FakeVast
+
+    vast = FakeVast(API_KEY, ssh_endpoint=("127.0.0.1", fake_host.port),
+                    on_ssh_key=fake_host.authorize)
+    await vast.start()
+    yield vast
+    await vast.stop()
+
+
+@pytest.fixture
+def no_sleep():
+    """Records backoff delays instead of waiting them out."""
+    delays = []
+
+    async def sleep(delay):
+        delays.append(delay)
+
+    sleep.delays = delays
+    return sleep

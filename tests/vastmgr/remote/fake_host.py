@@ -18,6 +18,15 @@ class _Server(asyncssh.SSHServer):
     def connection_made(self, conn):
         self.host.connections.append(conn)
 
+    def begin_auth(self, username):
+        return True
+
+    def public_key_auth_supported(self):
+        return True
+
+    def validate_public_key(self, username, key):
+        return key.export_public_key() in self.host.authorized
+
     def connection_requested(self, dest_host, dest_port, orig_host, orig_port):
         return dest_host in {"127.0.0.1", "localhost"}
 
@@ -28,12 +37,16 @@ class FakeHost:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.host_key = host_key or asyncssh.generate_private_key("ssh-ed25519")
-        self.authorized = asyncssh.import_authorized_keys(authorized_public_key)
+        self.authorized: set[bytes] = set()
+        self.authorize(authorized_public_key)
         self.env = {**os.environ, "HOME": str(root), **(env or {})}
         self.commands: list[str] = []
         self.connections: list = []
         self.server = None
         self.port = 0
+
+    def authorize(self, public_key: str) -> None:
+        self.authorized.add(asyncssh.import_public_key(public_key).export_public_key())
 
     @property
     def public_host_key(self) -> str:
@@ -42,7 +55,7 @@ class FakeHost:
     async def start(self, port: int = 0) -> int:
         self.server = await asyncssh.create_server(
             lambda: _Server(self), "127.0.0.1", port, server_host_keys=[self.host_key],
-            authorized_client_keys=self.authorized, process_factory=self._run,
+            process_factory=self._run,
             sftp_factory=lambda chan: asyncssh.SFTPServer(chan, chroot=str(self.root).encode()),
             allow_scp=False, keepalive_interval=0, encoding=None,
         )
