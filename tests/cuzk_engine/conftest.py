@@ -1,0 +1,40 @@
+"""Shared prover fixtures: one parameter cache per test session holding every tiny circuit,
+and an independent Groth16 verifier written on pyblst (blst), not on the library we test."""
+
+from __future__ import annotations
+
+import pytest
+from pyblst import BlstP1Element, BlstP2Element, final_verify, miller_loop
+
+from cuzk_engine import circuits, groth16
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("params")
+    for kind in circuits.KINDS:
+        groth16.ensure_parameters(cache, kind, "tiny")
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_params(tiny_cache):
+    return {kind: groth16.load_parameters(tiny_cache, circuits.circuit_id(kind, "tiny"))
+            for kind in circuits.KINDS}
+
+
+def blst_verify(vk_json: dict, public_inputs: list[int], proof: bytes) -> bool:
+    """Groth16 check e(A,B) = e(alpha,beta) e(IC,gamma) e(C,delta) with blst."""
+    g1 = lambda h: BlstP1Element.uncompress(bytes.fromhex(h))  # noqa: E731
+    g2 = lambda h: BlstP2Element.uncompress(bytes.fromhex(h))  # noqa: E731
+    a = BlstP1Element.uncompress(proof[:48])
+    b = BlstP2Element.uncompress(proof[48:144])
+    c = BlstP1Element.uncompress(proof[144:])
+    ic = [g1(h) for h in vk_json["ic"]]
+    acc = ic[0]
+    for x, point in zip(public_inputs, ic[1:], strict=True):
+        acc = acc + point.scalar_mul(x)
+    rhs = (miller_loop(g1(vk_json["alpha_g1"]), g2(vk_json["beta_g2"]))
+           * miller_loop(acc, g2(vk_json["gamma_g2"]))
+           * miller_loop(c, g2(vk_json["delta_g2"])))
+    return final_verify(miller_loop(a, b), rhs)

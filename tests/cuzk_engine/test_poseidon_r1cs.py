@@ -1,0 +1,116 @@
+import random
+
+import pytest
+
+from cuzk_engine import circuits, groth16
+from cuzk_engine.errors import InvalidRequest, UnsatisfiedCircuit
+from cuzk_engine.field import MODULUS
+from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
+from cuzk_engine.gadgets.merkle import SparseMerkleTree
+from cuzk_engine.gadgets.poseidon import hash2, hash2_gadget, permute, permute_gadget
+from cuzk_engine.r1cs import ConstraintSystem
+
+
+def test_poseidon_matches_published_test_vector():
+    # poseidonperm_x5_255_3 reference output for the input state [0, 1, 2]
+    assert permute([0, 1, 2]) == [
+        0x28CE19420FC246A05553AD1E8C98F5C9D67166BE2C18E9E4CB4B4E317DD2A78A,
+        0x51F3E312C95343A896CFD8945EA82BA956C1118CE9B9859B6EA56637B4B1DDC4,
+        0x3B2B69139B235626A0BFB56C9527AE66A7BF486AD8C11C14D1DA0C69BBE0F79A,
+    ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_native_poseidon_equals_in_circuit(seed):
+    rng = random.Random(seed)
+    state = [rng.randrange(MODULUS) for _ in range(3)]
+    cs = ConstraintSystem()
+    out = permute_gadget(cs, [alloc(cs, v) for v in state])
+    assert [o.value for o in out] == permute(state)
+    cs.check_satisfied()
+    x, y = state[:2]
+    cs2 = ConstraintSystem()
+    assert hash2_gadget(cs2, alloc(cs2, x), alloc(cs2, y)).value == hash2(x, y)
+    assert cs2.num_constraints == circuits.constraints_per_hash()
+    cs2.check_satisfied()
+
+
+def test_tampered_witness_names_the_failing_constraint():
+    cs = ConstraintSystem()
+    cs.label("poseidon under test")
+    hash2_gadget(cs, alloc(cs, 3), alloc(cs, 4))
+    cs.c_vals[17] = (cs.c_vals[17] + 1) % MODULUS
+    with pytest.raises(UnsatisfiedCircuit, match=r"constraint 17 \(poseidon under test\)"):
+        cs.check_satisfied()
+
+
+def test_bits_swap_and_density():
+    cs = ConstraintSystem()
+    x = alloc(cs, 0b1011)
+    bits = to_bits_le(cs, x, 4)
+    assert [b.value for b in bits] == [1, 1, 0, 1]
+    left, right = conditional_swap(cs, bits[0], alloc(cs, 5), alloc(cs, 9))
+    assert (left.value, right.value) == (9, 5)
+    cs.check_satisfied()
+    with pytest.raises(ValueError):
+        alloc_bit(cs, 2)
+    in_a, in_b = cs.density()
+    assert in_a[bits[0].lc.popitem()[0]] and not in_a[0]
+    assert any(in_b)
+
+
+def test_sparse_merkle_paths():
+    tree = SparseMerkleTree(4, {3: 11, 9: 22})
+    for index in (3, 9, 0):
+        node = tree.leaf(index)
+        for level, sibling in enumerate(tree.siblings(index)):
+            bit = (index >> level) & 1
+            node = hash2(sibling, node) if bit else hash2(node, sibling)
+        assert node == tree.root
+
+
+@pytest.mark.parametrize("kind", circuits.KINDS)
+def test_tiny_circuits_match_their_advertised_size(kind):
+    cs = circuits.build(kind, "tiny", 5, circuits.partition_count(kind, "tiny") - 1)
+    cs.check_satisfied()
+    assert cs.num_constraints == circuits.constraint_count(kind, "tiny") <= 2**11
+    assert len(cs.public_inputs) == circuits.num_public_inputs(kind, "tiny")
+
+
+def test_small_profile_size_is_exact():
+    cs = circuits.build("winning-post", "small", 1, 0)
+    assert cs.num_constraints == circuits.constraint_count("winning-post", "small")
+    assert 2**13 < cs.num_constraints <= 2**14
+
+
+def test_synthesis_is_deterministic_and_seed_dependent():
+    a = groth16.synthesize("porep-c2", "tiny", 3, 2)
+    b = groth16.synthesize("porep-c2", "tiny", 3, 2)
+    c = groth16.synthesize("porep-c2", "tiny", 4, 2)
+    assert a.public_inputs == b.public_inputs and (a.witness == b.witness).all()
+    assert a.public_inputs != c.public_inputs
+
+
+def test_unsatisfied_witness_is_caught_before_proving(monkeypatch):
+    real = SparseMerkleTree.siblings
+    monkeypatch.setattr(SparseMerkleTree, "siblings",
+                        lambda self, index: [s + 1 for s in real(self, index)])
+    with pytest.raises(UnsatisfiedCircuit, match="inclusion of leaf"):
+        groth16.synthesize("winning-post", "tiny", 1, 0)
+
+
+@pytest.mark.parametrize("kind,profile,seed,partition", [
+    ("nope", "tiny", 1, 0), ("porep-c2", "huge", 1, 0), ("porep-c2", "tiny", -1, 0),
+    ("porep-c2", "tiny", 2**64, 0), ("porep-c2", "tiny", "1", 0), ("porep-c2", "tiny", 1, 10),
+    ("snap-update", "tiny", 1, -1), ("winning-post", "tiny", True, 0),
+])
+def test_bad_requests_are_rejected(kind, profile, seed, partition):
+    with pytest.raises(InvalidRequest):
+        groth16.synthesize(kind, profile, seed, partition)
+
+
+def test_contract_constants():
+    assert circuits.circuit_id("snap-update", "tiny") == "snap-update.tiny"
+    assert [circuits.partition_count(k, "tiny") for k in circuits.KINDS] == [1, 1, 16, 10]
+    assert circuits.working_set_bytes("porep-c2", "medium") > 3 * 32 * 2**16
+    assert circuits.MAX_SEED == 2**64 - 1
