@@ -1,0 +1,1 @@
+"""The proving engine: orchestrator, synthesis pool, device workers and finalizers."""

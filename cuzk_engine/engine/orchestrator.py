@@ -1,0 +1,641 @@
+"""The asyncio orchestrator: admission, synthesis pool, device workers and finalizers.
+
+Pipelined mode: jobs leave the priority queue when the synthesis stage has room; their
+partitions are synthesized in a process pool under the memory budget, then proved by N workers
+per device. Split proving: a worker holds the device lock only for prove_start, gives back the
+a/b/c budget, hands the pending proof to a finalizer (prove_finish + self-verify) and picks up
+its next partition at once. Monolithic mode: one worker per device synthesizes and proves one
+whole job at a time.
+
+Each partition is settled exactly once on the engine side (done, failed or dropped), which is
+when its reservation returns and, for the last one, the job's parameter reference is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import re
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuzk_engine.config import EngineConfig
+from cuzk_engine.engine.devices import Device, open_devices
+from cuzk_engine.engine.stages import Stages, real_stages
+from cuzk_engine.errors import CuzkError, InvalidRequest
+from cuzk_engine.memory import MemoryBudget, Reservation
+from cuzk_engine.scheduler import PRIORITY_RANK, JobQueue, PartitionQueue
+from cuzk_engine.srs import SrsManager
+from cuzk_engine.status import StatusTracker, snapshot_violations
+
+log = logging.getLogger("cuzk_engine.engine")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
+class EngineNotAccepting(CuzkError):
+    """The engine is draining or stopped and takes no new jobs."""
+
+
+class RequestConflict(CuzkError):
+    """A request_id was reused for a different request."""
+
+
+class JobNotFound(CuzkError):
+    """No job with that id (never submitted, or its result retention ran out)."""
+
+
+@dataclass
+class Job:
+    job_id: str
+    request_id: str | None
+    kind: str
+    profile: str
+    seed: int
+    priority: str
+    circuit_id: str
+    partitions: int
+    seq: int
+    submitted: float = field(default_factory=time.perf_counter)
+    submitted_wall: float = field(default_factory=time.time)
+    status: str = "queued"
+    error: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    srs_load_ms: float = 0.0
+    synthesis_ms: float = 0.0
+    gpu_ms: float = 0.0
+    finalize_ms: float = 0.0
+    proofs: list[bytes | None] = field(default_factory=list)
+    public_inputs: list[list[int] | None] = field(default_factory=list)
+    verified: bool | None = None
+    vk: dict | None = None
+    unsettled: int = 0
+    params: Any = None
+    holds_srs: bool = False
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("done", "failed", "cancelled")
+
+    def same_request(self, kind: str, profile: str, seed: int) -> bool:
+        return (self.kind, self.profile, self.seed) == (kind, profile, seed)
+
+    def result(self) -> dict:
+        done = self.status == "done"
+        total = None if self.finished is None else (self.finished - self.submitted) * 1000.0
+        queue = None if self.started is None else (self.started - self.submitted) * 1000.0
+        return {
+            "job_id": self.job_id,
+            "request_id": self.request_id,
+            "kind": self.kind,
+            "profile": self.profile,
+            "seed": self.seed,
+            "priority": self.priority,
+            "circuit_id": self.circuit_id,
+            "partitions": self.partitions,
+            "status": self.status,
+            "submitted_at": self.submitted_wall,
+            "timings": {
+                "queue_ms": _r(queue),
+                "srs_load_ms": _r(self.srs_load_ms),
+                "synthesis_ms": _r(self.synthesis_ms),
+                "gpu_ms": _r(self.gpu_ms),
+                "finalize_ms": _r(self.finalize_ms),
+                "total_ms": _r(total),
+            },
+            "proof": b"".join(self.proofs).hex() if done else None,
+            "public_inputs": ([[str(x) for x in pi] for pi in self.public_inputs]
+                              if done else None),
+            "vk": self.vk if done else None,
+            "verified": self.verified,
+            "error": self.error,
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+@dataclass
+class _Item:
+    """A partition travelling through the pipeline."""
+
+    job: Job
+    index: int
+    reservation: Reservation | None = None
+    synth: Any = None
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, stages: Stages | None = None,
+                 synth_executor: Executor | None = None):
+        self.config = config
+        self.stages = stages or real_stages()
+        self.pipelined = config.pipeline.enabled
+        self.devices: list[Device] = open_devices(config.devices, self.stages)
+        self.workers_per_device = config.gpu_workers_per_device if self.pipelined else 1
+        self.synth_workers = config.resolved_synthesis_workers()
+        self.budget = MemoryBudget(config.memory.resolve_total())
+        self.tracker = StatusTracker(
+            [d.info() for d in self.devices], self.workers_per_device,
+            memory=self.budget.usage, synthesis_max_concurrent=self.synth_workers,
+            retention=config.status.retention,
+        )
+        self.srs = SrsManager(config.param_cache, self.budget, self.tracker, self.stages,
+                              min_idle=config.memory.eviction_min_idle)
+        self.budget.evictor = self.srs.evict_idle
+        self._own_synth_executor = synth_executor is None
+        self._synth_executor = synth_executor
+        self._jobs: dict[str, Job] = {}
+        self._job_seq = 0
+        self._job_queue = JobQueue()
+        self._synth_queue = PartitionQueue()
+        self._gpu_queue = PartitionQueue()
+        self._wake_admit = asyncio.Event()
+        self._wake_synth = asyncio.Event()
+        self._wake_gpu = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()
+        self._device_pools: dict[int, ThreadPoolExecutor] = {}
+        self._finalizer_pool: ThreadPoolExecutor | None = None
+        self._accepting = False
+        self.job_listeners: list[Callable[[Job], None]] = []
+        self.started_wall = time.time()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._synth_executor is None:
+            self._synth_executor = ProcessPoolExecutor(
+                self.synth_workers, mp_context=multiprocessing.get_context("forkserver")
+            )
+        n_workers = len(self.devices) * self.workers_per_device
+        self._finalizer_pool = ThreadPoolExecutor(max(n_workers, 1),
+                                                  thread_name_prefix="finalizer")
+        for d in self.devices:
+            self._device_pools[d.ordinal] = ThreadPoolExecutor(
+                self.workers_per_device, thread_name_prefix=f"device{d.ordinal}")
+        wid = 0
+        for d in self.devices:
+            for _ in range(self.workers_per_device):
+                coro = self._device_worker(wid, d) if self.pipelined else self._mono_worker(wid, d)
+                self._tasks.append(asyncio.create_task(coro, name=f"worker{wid}"))
+                wid += 1
+        if self.pipelined:
+            self._tasks.append(asyncio.create_task(self._admit_loop(), name="admit"))
+            self._tasks.append(asyncio.create_task(self._synth_loop(), name="synth"))
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        self._accepting = True
+        self.tracker.set_accepting(True)
+
+    async def drain(self) -> None:
+        """Stop accepting, cancel what has not started, let running jobs finish."""
+        self._accepting = False
+        self.tracker.set_accepting(False)
+        for job_id in self._job_queue.ids():
+            self._cancel_job(self._jobs[job_id], "engine shutting down")
+        await asyncio.gather(*(j.settled.wait() for j in list(self._jobs.values())))
+
+    async def stop(self, *, fast: bool = False) -> None:
+        """Stop the engine. ``fast`` cancels running jobs instead of letting them finish."""
+        self._accepting = False
+        self.tracker.set_accepting(False)
+        if fast:
+            for job in list(self._jobs.values()):
+                if not job.terminal:
+                    self._cancel_job(job, "engine stopped")
+        else:
+            await self.drain()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if fast:
+            for t in list(self._background):
+                t.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for pool in self._device_pools.values():
+            pool.shutdown(wait=not fast, cancel_futures=True)
+        if self._finalizer_pool is not None:
+            self._finalizer_pool.shutdown(wait=not fast, cancel_futures=True)
+        if self._own_synth_executor and self._synth_executor is not None:
+            self._synth_executor.shutdown(wait=not fast, cancel_futures=True)
+        self.srs.evict_all_idle()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("engine task failed", exc_info=task.exception())
+
+    # ------------------------------------------------------------------ public API
+
+    def validate(self, kind: Any, profile: Any, seed: Any, priority: Any,
+                 request_id: Any) -> None:
+        st = self.stages
+        if kind not in st.kinds:
+            raise InvalidRequest(f"unknown kind {kind!r} (kinds: {', '.join(st.kinds)})")
+        if profile not in st.profiles:
+            raise InvalidRequest(
+                f"unknown profile {profile!r} (profiles: {', '.join(st.profiles)})")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= st.max_seed:
+            raise InvalidRequest(f"seed must be an integer in [0, {st.max_seed}], got {seed!r}")
+        if priority is not None and priority not in PRIORITY_RANK:
+            raise InvalidRequest(
+                f"unknown priority {priority!r} (use one of {', '.join(PRIORITY_RANK)})")
+        if request_id is not None and (not isinstance(request_id, str)
+                                       or not _REQUEST_ID.fullmatch(request_id)):
+            raise InvalidRequest("request_id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+
+    def submit(self, kind: str, profile: str, seed: int, *, priority: str | None = None,
+               request_id: str | None = None) -> tuple[Job, int, bool]:
+        """Queue a proof; returns (job, queue_position, created). The same request_id always
+        returns the same job and never submits twice."""
+        self.validate(kind, profile, seed, priority, request_id)
+        if request_id is not None and request_id in self._jobs:
+            job = self._jobs[request_id]
+            if not job.same_request(kind, profile, seed):
+                raise RequestConflict(
+                    f"request_id {request_id!r} was already used for {job.kind}/{job.profile} "
+                    f"seed {job.seed}")
+            return job, self._position(job), False
+        if not self._accepting:
+            raise EngineNotAccepting("the engine is shutting down and accepts no new proofs")
+        circuit = self.stages.circuit_id(kind, profile)
+        n = self.stages.partition_count(kind, profile)
+        job_id = request_id or str(uuid.uuid4())
+        prio = priority or self.config.priorities.get(kind, "normal")
+        job = Job(job_id, request_id, kind, profile, seed, prio, circuit, n, self._job_seq,
+                  proofs=[None] * n, public_inputs=[None] * n, unsettled=n)
+        self._job_seq += 1
+        self._jobs[job_id] = job
+        self.tracker.register_job(job_id, kind=kind, profile=profile, circuit_id=circuit,
+                                  priority=prio, partitions=n, request_id=request_id)
+        position = self._job_queue.push(job_id, kind, prio)
+        self._wake_admit.set()
+        return job, position, True
+
+    def _position(self, job: Job) -> int:
+        if job.job_id not in self._job_queue:
+            return 0
+        return self._job_queue.position(job.job_id)
+
+    def get(self, job_id: str) -> Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise JobNotFound(f"no job {job_id!r}") from None
+
+    async def wait(self, job_id: str, timeout: float | None) -> Job:
+        job = self.get(job_id)
+        if not job.terminal and timeout:
+            try:
+                await asyncio.wait_for(job.ended.wait(), timeout)
+            except TimeoutError:
+                pass
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if not job.terminal:
+            self._cancel_job(job, "cancelled by request")
+        return job
+
+    def snapshot(self):
+        return self.tracker.snapshot()
+
+    async def preload(self, circuit_id: str) -> tuple[bool, float]:
+        return await self.srs.preload(circuit_id)
+
+    def evict(self, circuit_id: str) -> int:
+        return self.srs.evict(circuit_id)
+
+    def info(self) -> dict:
+        from cuzk_engine import __version__
+
+        return {
+            "version": __version__,
+            "mode": ("pipelined, split prove" if self.config.pipeline.split_prove
+                     else "pipelined") if self.pipelined else "monolithic",
+            "devices": [{"ordinal": d.ordinal, "name": d.name, "description": d.description}
+                        for d in self.devices],
+            "gpu_workers_per_device": self.workers_per_device,
+            "synthesis_workers": self.synth_workers,
+            "memory_budget_bytes": self.budget.total,
+            "kinds": list(self.stages.kinds),
+            "profiles": list(self.stages.profiles),
+            "priorities": dict(self.config.priorities),
+            "self_verify": self.config.pipeline.self_verify,
+            "accepting": self._accepting,
+            "started_at": self.started_wall,
+        }
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # ------------------------------------------------------------------ job endings
+
+    def _cancel_job(self, job: Job, reason: str) -> None:
+        if self._job_queue.remove(job.job_id):
+            self.tracker.job_cancelled(job.job_id, reason)
+            self._end_job(job, "cancelled", reason)
+            self._settle(job, job.unsettled)
+            return
+        self.tracker.job_cancelled(job.job_id, reason)
+        self._end_job(job, "cancelled", reason)
+
+    def _fail_partition(self, item: _Item, reason: str, token: int | None = None) -> None:
+        self._release(item)
+        self.tracker.partition_failed(item.job.job_id, item.index, reason, token=token)
+        self._end_job(item.job, "failed", f"partition {item.index}: {reason}")
+        self._settle(item.job)
+
+    def _end_job(self, job: Job, status: str, error: str | None) -> None:
+        if job.terminal:
+            return
+        job.status = status
+        job.error = error
+        job.finished = time.perf_counter()
+        # partitions still waiting in a queue settle now; their budget returns at once
+        for queue in (self._synth_queue, self._gpu_queue):
+            for item in queue.remove_job(job.job_id):
+                self._release(item)
+                self._settle(job)
+        job.ended.set()
+        self._wake_admit.set()
+        for fn in self.job_listeners:
+            fn(job)
+
+    def _settle(self, job: Job, n: int = 1) -> None:
+        job.unsettled -= n
+        if job.unsettled < 0:
+            raise AssertionError(f"job {job.job_id} settled more partitions than it has")
+        if job.unsettled == 0:
+            if job.holds_srs:
+                job.holds_srs = False
+                job.params = None
+                self.srs.release(job.circuit_id)
+            job.settled.set()
+
+    @staticmethod
+    def _release(item: _Item) -> None:
+        if item.reservation is not None:
+            item.reservation.close()
+            item.reservation = None
+        item.synth = None
+
+    # ------------------------------------------------------------------ pipelined path
+
+    async def _admit_loop(self) -> None:
+        while True:
+            await self._wake_admit.wait()
+            self._wake_admit.clear()
+            # keep the synthesis stage fed without draining the priority queue into it
+            while len(self._job_queue) and len(self._synth_queue) < self.synth_workers:
+                job = self._jobs[self._job_queue.pop()]
+                await self._start_job(job)
+
+    async def _start_job(self, job: Job) -> bool:
+        job.status = "running"
+        job.started = time.perf_counter()
+        self.tracker.job_started(job.job_id)
+        try:
+            job.params, load_ms, _ = await self.srs.acquire(job.circuit_id)
+        except CuzkError as e:
+            self._fail_all(job, f"loading parameters failed: {e}")
+            return False
+        except Exception as e:
+            log.exception("parameter load for %s failed", job.job_id)
+            self._fail_all(job, f"loading parameters failed: {type(e).__name__}: {e}")
+            return False
+        job.holds_srs = True
+        job.srs_load_ms = load_ms
+        job.vk = job.params.vk.to_json() if hasattr(job.params.vk, "to_json") else None
+        self.tracker.srs_loaded_for(job.job_id, load_ms)
+        if job.terminal:  # cancelled while its parameters loaded
+            self._settle(job, job.unsettled)
+            return False
+        if self.pipelined:
+            rank = PRIORITY_RANK[job.priority]
+            for i in range(job.partitions):
+                self._synth_queue.push(_Item(job, i), job_id=job.job_id, rank=rank,
+                                       job_seq=job.seq, partition=i)
+            self._wake_synth.set()
+        return True
+
+    def _fail_all(self, job: Job, reason: str) -> None:
+        self.tracker.job_failed(job.job_id, reason)
+        self._end_job(job, "failed", reason)
+        self._settle(job, job.unsettled)
+
+    async def _synth_loop(self) -> None:
+        slots = asyncio.Semaphore(self.synth_workers)
+        while True:
+            await slots.acquire()
+            while not len(self._synth_queue):
+                self._wake_synth.clear()
+                await self._wake_synth.wait()
+            item = self._synth_queue.pop()
+            self._wake_admit.set()
+            task = self._spawn(self._synthesize(item))
+            task.add_done_callback(lambda _t: slots.release())
+
+    async def _reserve_and_synthesize(self, item: _Item) -> bool:
+        """Budget, then synthesis in the pool; False when the partition settled instead."""
+        job = item.job
+        st = self.stages
+        try:
+            item.reservation = await self.budget.reserve(
+                st.working_set_bytes(job.kind, job.profile),
+                f"{job.circuit_id} partition {item.index}")
+        except CuzkError as e:
+            self._fail_partition(item, str(e))
+            return False
+        if not self.tracker.synth_start(job.job_id, item.index):
+            self._release(item)
+            self._settle(job)
+            return False
+        t0 = time.perf_counter()
+        try:
+            item.synth = await asyncio.get_running_loop().run_in_executor(
+                self._synth_executor, st.synthesize, job.kind, job.profile, job.seed, item.index)
+        except Exception as e:  # noqa: BLE001 - a failed partition fails its job, engine serves on
+            self._fail_partition(item, f"synthesis failed: {type(e).__name__}: {e}")
+            return False
+        job.synthesis_ms += (time.perf_counter() - t0) * 1000.0
+        # account the real size once known; an underestimate keeps the estimate
+        item.reservation.shrink_to(max(int(item.synth.nbytes), 0))
+        if not self.tracker.synth_end(job.job_id, item.index):
+            self._release(item)
+            self._settle(job)
+            return False
+        return True
+
+    async def _synthesize(self, item: _Item) -> None:
+        if await self._reserve_and_synthesize(item):
+            job = item.job
+            self._gpu_queue.push(item, job_id=job.job_id, rank=PRIORITY_RANK[job.priority],
+                                 job_seq=job.seq, partition=item.index)
+            self._wake_gpu.set()
+
+    async def _next_gpu_item(self) -> _Item:
+        while True:
+            item = self._gpu_queue.pop()
+            if item is not None:
+                return item
+            self._wake_gpu.clear()
+            await self._wake_gpu.wait()
+
+    def _device_step(self, item: _Item, device: Device, split: bool) -> tuple[Any, float, float]:
+        """Runs in the device's thread pool. Returns (pending or proof, start_ms, finish_ms)."""
+        params = item.job.params
+        t0 = time.perf_counter()
+        with device.lock:
+            pending = self.stages.prove_start(item.synth, params, device.backend)
+        t1 = time.perf_counter()
+        if split:
+            return pending, (t1 - t0) * 1000.0, 0.0
+        proof = self.stages.prove_finish(pending, params)
+        return proof, (t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0
+
+    async def _device_worker(self, worker_id: int, device: Device) -> None:
+        loop = asyncio.get_running_loop()
+        split = self.config.pipeline.split_prove
+        pool = self._device_pools[device.ordinal]
+        while True:
+            item = await self._next_gpu_item()
+            job = item.job
+            token = self.tracker.worker_pickup(worker_id, job.job_id, item.index)
+            if token is None:
+                self._release(item)
+                self._settle(job)
+                continue
+            try:
+                out, start_ms, finish_ms = await loop.run_in_executor(
+                    pool, self._device_step, item, device, split)
+            except Exception as e:  # noqa: BLE001 - device failure fails the job, not the engine
+                self._fail_partition(item, f"device {device.name} failed: "
+                                           f"{type(e).__name__}: {e}", token)
+                continue
+            job.gpu_ms += start_ms + finish_ms
+            if split:
+                # the a/b/c evaluations are consumed: keep only what the pending proof holds
+                item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
+            else:
+                item.reservation.close()
+            if not self.tracker.device_done(token):
+                self._release(item)
+                self._settle(job)
+                continue
+            self._spawn(self._finalize(item, out, token, split))
+
+    def _finish_step(self, item: _Item, out: Any, split: bool) -> tuple[bytes, bool | None]:
+        """Runs in the finalizer pool: prove_finish (split mode) and self-verification."""
+        job = item.job
+        proof = self.stages.prove_finish(out, job.params) if split else out
+        verified = None
+        if self.config.pipeline.self_verify:
+            verified = bool(self.stages.verify(job.params.vk, item.synth.public_inputs, proof))
+        return proof, verified
+
+    async def _finalize(self, item: _Item, out: Any, token: int | None, split: bool) -> None:
+        job = item.job
+        t0 = time.perf_counter()
+        try:
+            proof, verified = await asyncio.get_running_loop().run_in_executor(
+                self._finalizer_pool, self._finish_step, item, out, split)
+        except Exception as e:  # noqa: BLE001
+            self._fail_partition(item, f"finalize failed: {type(e).__name__}: {e}", token)
+            return
+        job.finalize_ms += (time.perf_counter() - t0) * 1000.0
+        if verified is False:
+            self._fail_partition(item, "self-verification failed: the proof does not verify",
+                                 token)
+            return
+        public_inputs = list(item.synth.public_inputs)
+        self._release(item)
+        if not self.tracker.finalize_done(job.job_id, item.index, token):
+            self._settle(job)
+            return
+        job.proofs[item.index] = proof
+        job.public_inputs[item.index] = public_inputs
+        if verified is not None:
+            job.verified = verified if job.verified is None else job.verified and verified
+        self._settle(job)
+        if all(p is not None for p in job.proofs):
+            self.tracker.job_done(job.job_id)
+            self._end_job(job, "done", None)
+
+    # ------------------------------------------------------------------ monolithic path
+
+    async def _next_job(self) -> Job:
+        while True:
+            job_id = self._job_queue.pop()
+            if job_id is not None:
+                return self._jobs[job_id]
+            self._wake_admit.clear()
+            await self._wake_admit.wait()
+
+    async def _mono_worker(self, worker_id: int, device: Device) -> None:
+        """One job at a time, partitions in order, synthesis and proof never overlapping."""
+        loop = asyncio.get_running_loop()
+        pool = self._device_pools[device.ordinal]
+        while True:
+            job = await self._next_job()
+            if not await self._start_job(job):
+                continue
+            for i in range(job.partitions):
+                item = _Item(job, i)
+                if job.terminal:
+                    self._settle(job)
+                    continue
+                if not await self._reserve_and_synthesize(item):
+                    continue
+                token = self.tracker.worker_pickup(worker_id, job.job_id, i)
+                if token is None:
+                    self._release(item)
+                    self._settle(job)
+                    continue
+                try:
+                    proof, start_ms, finish_ms = await loop.run_in_executor(
+                        pool, self._device_step, item, device, False)
+                except Exception as e:  # noqa: BLE001
+                    self._fail_partition(item, f"device {device.name} failed: "
+                                               f"{type(e).__name__}: {e}", token)
+                    continue
+                job.gpu_ms += start_ms + finish_ms
+                item.reservation.close()
+                if not self.tracker.device_done(token):
+                    self._release(item)
+                    self._settle(job)
+                    continue
+                await self._finalize(item, proof, token, False)
+
+    # ------------------------------------------------------------------ housekeeping
+
+    async def _housekeeping(self) -> None:
+        """Forget results after their retention; wake the admission loop periodically."""
+        keep = self.config.status.result_retention
+        while True:
+            await asyncio.sleep(min(5.0, max(keep / 4, 0.05)))
+            now = time.perf_counter()
+            for jid, job in list(self._jobs.items()):
+                if job.terminal and job.settled.is_set() and now - job.finished > keep:
+                    del self._jobs[jid]
+
+    def check_invariants(self) -> list[str]:
+        return snapshot_violations(self.tracker.snapshot())

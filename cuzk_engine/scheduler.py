@@ -1,0 +1,132 @@
+"""Priority queues for jobs and for ready partitions.
+
+Keys are always unique: each entry carries a tiebreak from a counter, so two entries can never
+overwrite each other (cuzk's BTreeMap keyed (job_seq, partition) silently replaced entries that
+shared a key, and every monolithic job used (0, 0)).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+PRIORITY_RANK = {"critical": 0, "high": 1, "normal": 2, "low": 3}
+
+
+def priority_rank(priority: str) -> int:
+    try:
+        return PRIORITY_RANK[priority]
+    except KeyError:
+        raise ValueError(
+            f"unknown priority {priority!r} (use one of {', '.join(PRIORITY_RANK)})"
+        ) from None
+
+
+@dataclass(order=True)
+class _Entry:
+    key: tuple
+    value: Any = field(compare=False)
+    kind: str = field(compare=False, default="")
+    removed: bool = field(compare=False, default=False)
+
+
+class JobQueue:
+    """Jobs waiting to start: higher priority first, FIFO within a priority."""
+
+    def __init__(self):
+        self._heap: list[_Entry] = []
+        self._by_id: dict[str, _Entry] = {}
+        self._fifo = itertools.count()
+        self._depth = Counter()
+
+    def push(self, job_id: str, kind: str, priority: str) -> int:
+        """Queue a job; returns its position (how many queued jobs will start before it)."""
+        if job_id in self._by_id:
+            raise ValueError(f"job {job_id!r} is already queued")
+        entry = _Entry((priority_rank(priority), next(self._fifo)), job_id, kind)
+        heapq.heappush(self._heap, entry)
+        self._by_id[job_id] = entry
+        self._depth[kind] += 1
+        return self.position(job_id)
+
+    def position(self, job_id: str) -> int:
+        entry = self._by_id[job_id]
+        return sum(1 for e in self._by_id.values() if e.key < entry.key)
+
+    def pop(self) -> str | None:
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            if not entry.removed:
+                del self._by_id[entry.value]
+                self._depth[entry.kind] -= 1
+                return entry.value
+        return None
+
+    def peek_rank(self) -> int | None:
+        while self._heap and self._heap[0].removed:
+            heapq.heappop(self._heap)
+        return self._heap[0].key[0] if self._heap else None
+
+    def remove(self, job_id: str) -> bool:
+        entry = self._by_id.pop(job_id, None)
+        if entry is None:
+            return False
+        entry.removed = True
+        self._depth[entry.kind] -= 1
+        return True
+
+    def ids(self) -> list[str]:
+        return list(self._by_id)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def depth_by_kind(self) -> dict[str, int]:
+        return {k: v for k, v in self._depth.items() if v}
+
+
+class PartitionQueue:
+    """Ready partitions: by priority, then the lowest partition of the oldest pipeline first."""
+
+    def __init__(self):
+        self._heap: list[_Entry] = []
+        self._by_job: dict[str, list[_Entry]] = {}
+        self._tiebreak = itertools.count()
+        self._live = 0
+
+    def push(self, item: Any, *, job_id: str, rank: int, job_seq: int, partition: int) -> None:
+        entry = _Entry((rank, job_seq, partition, next(self._tiebreak)), item, job_id)
+        heapq.heappush(self._heap, entry)
+        self._by_job.setdefault(job_id, []).append(entry)
+        self._live += 1
+
+    def pop(self) -> Any | None:
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            if not entry.removed:
+                entry.removed = True
+                self._live -= 1
+                bucket = self._by_job[entry.kind]
+                bucket.remove(entry)
+                if not bucket:
+                    del self._by_job[entry.kind]
+                return entry.value
+        return None
+
+    def remove_job(self, job_id: str) -> list[Any]:
+        """Take every queued partition of a job out (cancellation, failure); returns them."""
+        out = []
+        for entry in self._by_job.pop(job_id, []):
+            entry.removed = True
+            self._live -= 1
+            out.append(entry.value)
+        return out
+
+    def __len__(self) -> int:
+        return self._live

@@ -1,0 +1,382 @@
+"""Orchestrator scheduling behaviour with fast in-process stage stand-ins.
+
+The stand-ins replace synthesize/prove_start/prove_finish/verify so that scheduling, budget,
+cancellation and status truthfulness can be exercised in milliseconds. They are used ONLY in
+these scheduling tests; tests/cuzk_engine/test_engine_e2e.py drives the real tiny prover.
+"""
+
+import asyncio
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+
+from cuzk_engine.config import EngineConfig
+from cuzk_engine.engine.orchestrator import Engine, EngineNotAccepting, RequestConflict
+from cuzk_engine.engine.stages import Stages
+from cuzk_engine.errors import InvalidRequest
+from cuzk_engine.status import snapshot_violations
+
+PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
+FAIL_SYNTH_SEED = 666  # partition 1 of this seed fails synthesis
+FAIL_DEVICE_SEED = 777  # partition 2 of this seed fails prove_start
+WORKING_SET = 1000
+
+
+@dataclass
+class StandInVK:
+    cid: str
+
+    def to_json(self):
+        return {"stand_in": self.cid}
+
+
+@dataclass
+class StandInParams:
+    circuit_id: str
+    vk: StandInVK
+    nbytes: int = 5000
+
+
+@dataclass
+class StandInSynth:
+    circuit_id: str
+    seed: int
+    partition: int
+    public_inputs: list
+    nbytes: int = 800
+
+
+@dataclass
+class StandInPending:
+    synth: StandInSynth
+    nbytes: int = 100
+
+
+def _digest(cid, public_inputs):
+    return hashlib.sha256(f"{cid}{public_inputs}".encode()).digest() * 6  # 192 bytes
+
+
+class StandInStages:
+    """Fast in-process stand-ins for the prover stages (scheduling tests only)."""
+
+    def __init__(self, delay=0.0, finish_gate=None):
+        self.delay = delay
+        self.finish_gate = finish_gate
+        self.events = []
+        self.lock = threading.Lock()
+        self.loads = 0
+
+    def log(self, *ev):
+        with self.lock:
+            self.events.append(ev)
+
+    def synthesize(self, kind, profile, seed, partition):
+        time.sleep(self.delay)
+        if seed == FAIL_SYNTH_SEED and partition == 1:
+            raise ValueError("injected synthesis failure")
+        return StandInSynth(f"{kind}.{profile}", seed, partition, [seed, partition])
+
+    def prove_start(self, synth, params, backend):
+        self.log("start", synth.seed, synth.partition)
+        time.sleep(self.delay)
+        if synth.seed == FAIL_DEVICE_SEED and synth.partition == 2:
+            raise RuntimeError("injected device failure")
+        return StandInPending(synth)
+
+    def prove_finish(self, pending, params):
+        if self.finish_gate is not None:
+            self.finish_gate.wait(5)
+        self.log("finish", pending.synth.seed, pending.synth.partition)
+        return _digest(params.circuit_id, pending.synth.public_inputs)
+
+    def verify(self, vk, public_inputs, proof):
+        return proof == _digest(vk.cid, public_inputs)
+
+    def load(self, cache, cid):
+        self.loads += 1
+        return StandInParams(cid, StandInVK(cid))
+
+    def stages(self):
+        return Stages(
+            synthesize=self.synthesize, prove_start=self.prove_start,
+            prove_finish=self.prove_finish, verify=self.verify,
+            ensure_parameters=lambda cache, kind, profile: None,
+            load_parameters=self.load, parameters_file_bytes=lambda cache, cid: 4000,
+            circuit_id=lambda kind, profile: f"{kind}.{profile}",
+            partition_count=lambda kind, profile: PARTS[kind],
+            working_set_bytes=lambda kind, profile: WORKING_SET,
+            select_backend=lambda name: None,
+            kinds=tuple(PARTS), profiles=("tiny", "small"), max_seed=2**64 - 1,
+            name="stand-in",
+        )
+
+
+def make_config(**kw):
+    cfg = EngineConfig()
+    cfg.devices = ["cpu"]
+    cfg.synthesis_workers = kw.pop("synth", 2)
+    cfg.gpu_workers_per_device = kw.pop("workers", 2)
+    cfg.memory.total_budget = kw.pop("budget", 100_000)
+    cfg.pipeline.enabled = kw.pop("pipelined", True)
+    cfg.pipeline.split_prove = kw.pop("split", True)
+    cfg.status.retention = kw.pop("retention", 30.0)
+    cfg.memory.eviction_min_idle = kw.pop("min_idle", 300.0)
+    assert not kw
+    return cfg
+
+
+class Sampler:
+    """Takes snapshots from another thread while the engine runs and checks each one."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.count = 0
+        self.violations = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            bad = snapshot_violations(self.engine.tracker.snapshot())
+            self.count += 1
+            if bad:
+                self.violations.append(bad)
+            time.sleep(0.0005)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+async def started(cfg, stand_in):
+    engine = Engine(cfg, stages=stand_in.stages(), synth_executor=ThreadPoolExecutor(4))
+    await engine.start()
+    return engine
+
+
+async def finish(engine, jobs, timeout=20):
+    for j in jobs:
+        await asyncio.wait_for(j.ended.wait(), timeout)
+    await asyncio.wait_for(asyncio.gather(*(j.settled.wait() for j in jobs)), timeout)
+
+
+def assert_clean(engine, params_loaded=True):
+    snap = engine.snapshot()
+    assert snapshot_violations(snap) == []
+    assert all(w.state == "idle" for w in snap.gpu_workers)
+    # only parameter reservations remain: 5000 bytes per loaded circuit
+    assert engine.budget.used == 5000 * len(engine.srs.loaded())
+    assert snap.synthesis.active == 0
+
+
+@pytest.mark.parametrize("split", [True, False])
+async def test_all_kinds_complete_with_exact_counters_and_truthful_snapshots(split):
+    si = StandInStages(delay=0.001)
+    engine = await started(make_config(split=split), si)
+    with Sampler(engine) as sampler:
+        jobs = [engine.submit(k, "tiny", s)[0] for s in range(3) for k in PARTS]
+        await finish(engine, jobs)
+    assert sampler.violations == [] and sampler.count > 50
+    assert all(j.status == "done" and j.verified for j in jobs)
+    assert all(len(b"".join(j.proofs)) == 192 * j.partitions for j in jobs)
+    c = engine.snapshot().counters
+    assert c.total_completed == 12 and c.total_failed == 0
+    assert c.completed_by_kind == dict.fromkeys(PARTS, 3)
+    assert si.loads == 4  # parameters loaded once per circuit
+    assert_clean(engine)
+    await engine.stop()
+    assert engine.budget.used == 0
+
+
+async def test_split_prove_worker_picks_up_next_partition_before_finalizer_ends():
+    gate = threading.Event()
+    si = StandInStages(finish_gate=gate)
+    engine = await started(make_config(workers=1, synth=1), si)
+    job, _, _ = engine.submit("porep-c2", "tiny", 1)
+    for _ in range(200):
+        if sum(1 for e in si.events if e[0] == "start") >= 2:
+            break
+        await asyncio.sleep(0.01)
+    # partition 1 reached the device while partition 0's prove_finish is still blocked
+    assert [e[0] for e in si.events[:2]] == ["start", "start"]
+    snap = engine.snapshot()
+    states = [p.state for p in snap.pipelines[0].partitions]
+    assert states[0] == "finalizing"
+    assert snapshot_violations(snap) == []
+    gate.set()
+    await finish(engine, [job])
+    assert job.status == "done"
+    await engine.stop()
+
+
+async def test_priorities_order_job_starts_and_ready_partitions():
+    si = StandInStages(delay=0.002)
+    engine = await started(make_config(synth=1, workers=1), si)
+    first = engine.submit("porep-c2", "tiny", 1)[0]
+    low = engine.submit("snap-update", "tiny", 2, priority="low")[0]
+    normal = engine.submit("porep-c2", "tiny", 3)[0]
+    crit, pos, _ = engine.submit("winning-post", "tiny", 4)
+    assert crit.priority == "critical" and pos == 0
+    await finish(engine, [first, low, normal, crit])
+    order = [e[1] for e in si.events if e[0] == "start"]
+    assert order.index(4) < order.index(3) < order.index(2)
+    await engine.stop()
+
+
+async def test_cancel_queued_and_running_jobs_returns_budget_and_keeps_serving():
+    gate = threading.Event()
+    si = StandInStages(delay=0.002, finish_gate=gate)
+    engine = await started(make_config(synth=1, workers=1), si)
+    running = engine.submit("snap-update", "tiny", 1)[0]
+    queued = engine.submit("snap-update", "tiny", 2)[0]
+    await asyncio.sleep(0.05)
+    engine.cancel(queued.job_id)
+    engine.cancel(running.job_id)
+    gate.set()
+    await finish(engine, [running, queued])
+    assert running.status == queued.status == "cancelled"
+    assert "cancelled" in running.error
+    snap = engine.snapshot()
+    assert snap.counters.total_cancelled == 2 and snap.counters.cancelled_by_kind == {
+        "snap-update": 2}
+    assert all(p.state in ("cancelled", "done") for pl in snap.pipelines for p in pl.partitions)
+    assert_clean(engine)
+    again = engine.submit("winning-post", "tiny", 3)[0]
+    await finish(engine, [again])
+    assert again.status == "done"
+    await engine.stop()
+
+
+@pytest.mark.parametrize("seed,where", [(FAIL_SYNTH_SEED, "synthesis failed"),
+                                        (FAIL_DEVICE_SEED, "device cpu failed")])
+async def test_injected_failure_fails_only_its_job_with_reason(seed, where):
+    si = StandInStages(delay=0.001)
+    engine = await started(make_config(), si)
+    with Sampler(engine) as sampler:
+        bad = engine.submit("porep-c2", "tiny", seed)[0]
+        good = engine.submit("snap-update", "tiny", 5)[0]
+        await finish(engine, [bad, good])
+    assert sampler.violations == []
+    assert bad.status == "failed" and where in bad.error and "injected" in bad.error
+    assert bad.result()["proof"] is None
+    assert good.status == "done"
+    snap = engine.snapshot()
+    assert snap.counters.total_failed == 1 and snap.counters.failed_by_kind == {"porep-c2": 1}
+    failed_pl = next(p for p in snap.pipelines if p.job_id == bad.job_id)
+    assert "failed" in [p.state for p in failed_pl.partitions]
+    assert "pending" not in [p.state for p in failed_pl.partitions]
+    assert_clean(engine)
+    await engine.stop()
+
+
+async def test_request_larger_than_budget_fails_at_once_and_engine_serves_on():
+    si = StandInStages()
+    small = await started(make_config(budget=4500), si)  # parameters (5000 in memory) never fit
+    job = small.submit("winning-post", "tiny", 1)[0]
+    await finish(small, [job], timeout=5)
+    assert job.status == "failed" and "whole memory budget" in job.error
+    assert small.budget.used == 0
+    assert small.snapshot().counters.total_failed == 1
+    await small.stop()
+
+
+async def test_budget_backpressure_never_exceeds_total():
+    si = StandInStages(delay=0.002)
+    # parameters 5000 + at most two working sets of 1000 at a time
+    engine = await started(make_config(budget=7000, synth=4), si)
+    with Sampler(engine) as sampler:
+        jobs = [engine.submit("snap-update", "tiny", s)[0] for s in range(2)]
+        await finish(engine, jobs)
+    assert sampler.violations == []
+    assert all(j.status == "done" for j in jobs)
+    await engine.stop()
+
+
+async def test_request_id_is_idempotent_and_conflicts_are_refused():
+    engine = await started(make_config(), StandInStages())
+    a, _, created_a = engine.submit("winning-post", "tiny", 9, request_id="req-1")
+    b, _, created_b = engine.submit("winning-post", "tiny", 9, request_id="req-1")
+    assert a is b and a.job_id == "req-1" and created_a and not created_b
+    with pytest.raises(RequestConflict):
+        engine.submit("winning-post", "tiny", 10, request_id="req-1")
+    await finish(engine, [a])
+    assert engine.snapshot().counters.total_completed == 1
+    await engine.stop()
+
+
+@pytest.mark.parametrize("args", [
+    ("nope", "tiny", 1), ("porep-c2", "huge", 1), ("porep-c2", "tiny", -1),
+    ("porep-c2", "tiny", 2**64), ("porep-c2", "tiny", "1"), ("porep-c2", "tiny", True),
+])
+async def test_bad_requests_are_refused_with_a_message(args):
+    engine = await started(make_config(), StandInStages())
+    with pytest.raises(InvalidRequest) as e:
+        engine.submit(*args)
+    assert str(e.value)
+    with pytest.raises(InvalidRequest):
+        engine.submit("porep-c2", "tiny", 1, priority="urgent")
+    await engine.stop()
+
+
+async def test_drain_finishes_running_cancels_queued_and_refuses_new():
+    si = StandInStages(delay=0.003)
+    engine = await started(make_config(synth=1, workers=1), si)
+    running = engine.submit("porep-c2", "tiny", 1)[0]
+    queued = [engine.submit("porep-c2", "tiny", s)[0] for s in range(2, 5)]
+    await asyncio.sleep(0.02)
+    await asyncio.wait_for(engine.drain(), 20)
+    assert running.status == "done"
+    assert any(j.status == "cancelled" and "shutting down" in j.error for j in queued)
+    with pytest.raises(EngineNotAccepting):
+        engine.submit("winning-post", "tiny", 1)
+    assert engine.snapshot().accepting is False
+    await engine.stop()
+    assert engine.budget.used == 0
+
+
+async def test_monolithic_mode_proves_sequentially_with_one_worker_per_device():
+    si = StandInStages(delay=0.001)
+    engine = await started(make_config(pipelined=False), si)
+    assert len(engine.snapshot().gpu_workers) == 1
+    with Sampler(engine) as sampler:
+        jobs = [engine.submit(k, "tiny", 1)[0] for k in PARTS]
+        await finish(engine, jobs)
+    assert sampler.violations == []
+    assert all(j.status == "done" and j.verified for j in jobs)
+    starts = [e for e in si.events if e[0] == "start"]
+    assert len(starts) == sum(PARTS.values())
+    assert_clean(engine)
+    await engine.stop()
+
+
+async def test_randomized_load_with_cancels_keeps_every_invariant():
+    import random
+
+    rng = random.Random(7)
+    si = StandInStages(delay=0.0005)
+    # room for one circuit's parameters plus working sets: circuits take turns via eviction
+    engine = await started(make_config(budget=9000, synth=3, workers=2, min_idle=0.0), si)
+    jobs = []
+    with Sampler(engine) as sampler:
+        for n in range(40):
+            kind = rng.choice(list(PARTS))
+            seed = rng.choice([n, n, n, FAIL_SYNTH_SEED, FAIL_DEVICE_SEED]) if n % 7 == 0 else n
+            jobs.append(engine.submit(kind, "tiny", seed + 1000 * (seed == n))[0])
+            if rng.random() < 0.3:
+                engine.cancel(rng.choice(jobs).job_id)
+            await asyncio.sleep(rng.random() * 0.01)
+        await finish(engine, jobs, timeout=60)
+    assert sampler.violations == [], sampler.violations[:3]
+    c = engine.snapshot().counters
+    assert c.total_completed + c.total_failed + c.total_cancelled == len(jobs)
+    assert c.total_completed == sum(j.status == "done" for j in jobs)
+    assert_clean(engine)
+    await engine.stop()
