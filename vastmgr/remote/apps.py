@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class RemoteConfig(AppConfig):
     name = "vastmgr.remote"
     verbose_name = "Remote machines"
+
+    def ready(self) -> None:
+        from vastmgr.fleet.controller.transport import register_transport
+
+        from .transport import SSHTunnelTransport
+
+        register_transport("ssh", SSHTunnelTransport.for_machine)
+        register_transport("vast", SSHTunnelTransport.for_machine)

@@ -283,17 +283,3 @@ class LinkPool:
     async def close(self) -> None:
         for machine_id in list(self._links):
             await self.drop(machine_id)
-
-
-class SSHTunnelTransport:
-    """The fleet controller's transport for provider ssh/vast: the engine's URL through a tunnel."""
-
-    def __init__(self, pool: LinkPool | None = None):
-        self.pool = pool or LinkPool()
-
-    async def engine_url(self, machine: Machine) -> str:
-        port = await self.pool.get(machine.pk).tunnel(machine.engine_port)
-        return f"http://127.0.0.1:{port}"
-
-    async def forget(self, machine: Machine) -> None:
-        await self.pool.drop(machine.pk)

@@ -5,6 +5,7 @@ import pytest
 from aiohttp import ClientSession, web
 from asgiref.sync import sync_to_async
 
+from vastmgr.fleet.controller.transport import transport_for
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote.models import RemoteHost, Secret
 from vastmgr.remote.ssh import (
@@ -13,7 +14,6 @@ from vastmgr.remote.ssh import (
     MachineLink,
     SSHAuthFailed,
     SSHError,
-    SSHTunnelTransport,
     fingerprint,
 )
 
@@ -108,7 +108,7 @@ async def test_the_link_reconnects_after_the_connection_drops(fake_host, ssh_mac
     await link.close()
 
 
-async def test_the_tunnel_reaches_a_service_on_the_hosts_loopback(fake_host, ssh_machine):
+async def test_the_controller_transport_tunnels_to_the_engine_on_the_hosts_loopback(fake_host, ssh_machine):
     async def status(request):
         return web.json_response({"engine": "up"})
 
@@ -121,16 +121,18 @@ async def test_the_tunnel_reaches_a_service_on_the_hosts_loopback(fake_host, ssh
     engine_port = site._server.sockets[0].getsockname()[1]
     machine = await Machine.objects.aget(pk=ssh_machine.pk)
     machine.engine_port = engine_port
+    machine.engine_token = "engine-token"
 
-    transport = SSHTunnelTransport()
+    transport = transport_for(machine)
     try:
-        url = await transport.engine_url(machine)
-        assert url != f"http://127.0.0.1:{engine_port}"
-        assert await transport.engine_url(machine) == url, "one tunnel per machine, reused"
-        async with ClientSession() as http, http.get(f"{url}/status") as response:
+        endpoint = await transport.connect()
+        assert endpoint.base_url != f"http://127.0.0.1:{engine_port}"
+        assert endpoint.token == "engine-token"
+        assert (await transport.connect()) == endpoint, "one tunnel per machine, reused"
+        async with ClientSession() as http, http.get(f"{endpoint.base_url}/status") as response:
             assert await response.json() == {"engine": "up"}
     finally:
-        await transport.forget(machine)
+        await transport.close()
         await runner.cleanup()
 
 

@@ -1,0 +1,34 @@
+"""The fleet controller's transport for ssh and vast machines: the engine API through a tunnel.
+
+The engine on a remote host listens on its loopback only; the controller reaches it through a
+local port forwarded over the machine's one SSH link, so the engine is never exposed.
+"""
+
+from vastmgr.fleet.controller.transport import EngineEndpoint, EngineTransport, TransportError
+
+from .ssh import LinkPool, SSHError
+
+# One pool for the controller process: every transport of a machine shares its SSH link.
+shared_pool = LinkPool()
+
+
+class SSHTunnelTransport(EngineTransport):
+    def __init__(self, machine, pool: LinkPool | None = None):
+        self.machine_id = machine.pk
+        self.engine_port = machine.engine_port
+        self.token = machine.engine_token or None
+        self.pool = pool or shared_pool
+
+    @classmethod
+    def for_machine(cls, machine) -> "SSHTunnelTransport":
+        return cls(machine)
+
+    async def connect(self) -> EngineEndpoint:
+        try:
+            port = await self.pool.get(self.machine_id).tunnel(self.engine_port)
+        except SSHError as exc:
+            raise TransportError(str(exc)) from None
+        return EngineEndpoint(f"http://127.0.0.1:{port}", self.token)
+
+    async def close(self) -> None:
+        await self.pool.drop(self.machine_id)
