@@ -25,8 +25,12 @@ def tiny_params(tiny_cache):
 
 def blst_verify(vk_json: dict, public_inputs: list[int], proof: bytes) -> bool:
     """Groth16 check e(A,B) = e(alpha,beta) e(IC,gamma) e(C,delta) with blst."""
-    g1 = lambda h: BlstP1Element.uncompress(bytes.fromhex(h))  # noqa: E731
-    g2 = lambda h: BlstP2Element.uncompress(bytes.fromhex(h))  # noqa: E731
+    def g1(text: str):
+        return BlstP1Element.uncompress(bytes.fromhex(text))
+
+    def g2(text: str):
+        return BlstP2Element.uncompress(bytes.fromhex(text))
+
     a = BlstP1Element.uncompress(proof[:48])
     b = BlstP2Element.uncompress(proof[48:144])
     c = BlstP1Element.uncompress(proof[144:])
