@@ -33,17 +33,15 @@ class Backend(Protocol):
         ...
 
 
-def _cuda_backend(name: str) -> Backend | None:
-    """The CUDA backend when its module exists and a device is usable, else None."""
+def _cuda_backend(name: str) -> Backend:
+    """The CUDA backend; raises InvalidRequest saying why it is not usable here."""
+    from cuzk_engine.backend import cuda
+
     try:
-        from cuzk_engine.backend import cuda  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    ordinal = int(name.split(":", 1)[1]) if ":" in name else 0
-    try:
+        ordinal = int(name.split(":", 1)[1]) if ":" in name else 0
         return cuda.CudaBackend.create(ordinal)
-    except (RuntimeError, OSError, ValueError):  # no driver, no device, bad ordinal
-        return None
+    except (RuntimeError, OSError, ValueError) as exc:  # no cupy/driver/device, bad ordinal
+        raise InvalidRequest(f"backend {name!r} is not usable on this machine: {exc}") from None
 
 
 def select_backend(name: str = "auto") -> Backend:
@@ -53,10 +51,10 @@ def select_backend(name: str = "auto") -> Backend:
     if name == "cpu":
         return CpuBackend()
     if name == "auto":
-        return _cuda_backend("cuda") or CpuBackend()
+        try:
+            return _cuda_backend("cuda")
+        except InvalidRequest:
+            return CpuBackend()
     if name == "cuda" or name.startswith("cuda:"):
-        backend = _cuda_backend(name)
-        if backend is None:
-            raise InvalidRequest(f"backend {name!r} is not usable on this machine")
-        return backend
+        return _cuda_backend(name)
     raise InvalidRequest(f"unknown backend {name!r} (expected cpu, cuda, cuda:<n> or auto)")

@@ -102,7 +102,7 @@ def nvcc_check(source_name: str, arch: str = "sm_90", output: str = "ptx") -> st
         result = subprocess.run(
             [nvcc, f"-arch={arch}", "-std=c++17", "-I", str(SOURCE_DIR), f"-{output}",
              "-o", str(Path(tmp) / f"kernel.{output}"), str(SOURCE_DIR / source_name)],
-            capture_output=True, text=True)
+            check=False, capture_output=True, text=True)
     if result.returncode != 0:
         raise KernelCompileError(source_name, result.stderr)
     return result.stderr
