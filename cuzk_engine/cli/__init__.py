@@ -18,6 +18,7 @@ from cuzk_engine.errors import CuzkError
 
 COMMAND_MODULES = [
     "cuzk_engine.cli.prover",
+    "cuzk_engine.cli.engine",
 ]
 
 

@@ -1,0 +1,222 @@
+"""The engine's HTTP + WebSocket API (aiohttp).
+
+Every input is validated and every error is a JSON body ``{"error": "..."}`` with a 4xx status;
+a bearer token, when configured, guards every route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import time
+
+from aiohttp import WSMsgType, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from cuzk_engine.daemon.metrics import EngineMetrics
+from cuzk_engine.engine.orchestrator import (
+    Engine,
+    EngineNotAccepting,
+    JobNotFound,
+    RequestConflict,
+)
+from cuzk_engine.errors import CuzkError, InvalidRequest
+from cuzk_engine.memory import BudgetExceeded
+from cuzk_engine.srs import SrsInUse
+
+log = logging.getLogger("cuzk_engine.daemon")
+
+ENGINE_KEY = web.AppKey("engine", Engine)
+METRICS_KEY = web.AppKey("metrics", EngineMetrics)
+MAX_WAIT_SECONDS = 300.0
+_SUBMIT_FIELDS = {"request_id", "kind", "profile", "seed", "priority"}
+_STATUS_FOR = (
+    (InvalidRequest, 400),
+    (JobNotFound, 404),
+    (RequestConflict, 409),
+    (SrsInUse, 409),
+    (BudgetExceeded, 413),
+    (EngineNotAccepting, 503),
+)
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.content_type == "application/json":
+            raise
+        return error(e.status, e.reason if not e.text or e.text.startswith(str(e.status))
+                     else e.text)
+    except CuzkError as e:
+        for cls, status in _STATUS_FOR:
+            if isinstance(e, cls):
+                return error(status, str(e))
+        return error(400, str(e))
+
+
+def auth_middleware(token: str | None):
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if token is not None:
+            header = request.headers.get("Authorization", "")
+            given = header[7:] if header.startswith("Bearer ") else ""
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+        return await handler(request)
+
+    return check
+
+
+async def get_status(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE_KEY].snapshot().to_json())
+
+
+async def get_info(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE_KEY].info())
+
+
+async def post_proof(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json(loads=lambda s: json.loads(s, parse_float=_no_float))
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
+        return error(400, f"request body is not valid JSON: {e}")
+    if not isinstance(body, dict):
+        return error(400, "request body must be a JSON object")
+    unknown = set(body) - _SUBMIT_FIELDS
+    if unknown:
+        return error(400, f"unknown field(s): {', '.join(sorted(unknown))} "
+                          f"(allowed: {', '.join(sorted(_SUBMIT_FIELDS))})")
+    missing = [k for k in ("kind", "profile", "seed") if k not in body]
+    if missing:
+        return error(400, f"missing field(s): {', '.join(missing)}")
+    job, position, created = engine.submit(
+        body["kind"], body["profile"], body["seed"], priority=body.get("priority"),
+        request_id=body.get("request_id"))
+    return web.json_response(
+        {"job_id": job.job_id, "queue_position": position, "status": job.status,
+         "created": created},
+        status=202 if created else 200)
+
+
+def _no_float(s: str):
+    raise ValueError(f"numbers must be integers, got {s}")
+
+
+async def get_proof(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    raw = request.query.get("wait")
+    wait = None
+    if raw is not None:
+        try:
+            wait = float(raw)
+        except ValueError:
+            return error(400, f"wait must be a number of seconds, got {raw!r}")
+        if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
+            return error(400, f"wait must be between 0 and {MAX_WAIT_SECONDS:g} seconds")
+    job = await engine.wait(request.match_info["job_id"], wait)
+    return web.json_response(job.result())
+
+
+async def delete_proof(request: web.Request) -> web.Response:
+    job = request.app[ENGINE_KEY].cancel(request.match_info["job_id"])
+    return web.json_response(job.result())
+
+
+async def preload_srs(request: web.Request) -> web.Response:
+    circuit = request.match_info["circuit_id"]
+    already, ms = await request.app[ENGINE_KEY].preload(circuit)
+    return web.json_response({"circuit_id": circuit, "already_loaded": already,
+                              "load_time_ms": round(ms, 3)})
+
+
+async def evict_srs(request: web.Request) -> web.Response:
+    circuit = request.match_info["circuit_id"]
+    freed = request.app[ENGINE_KEY].evict(circuit)
+    return web.json_response({"circuit_id": circuit, "was_loaded": freed > 0,
+                              "freed_bytes": freed})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS_KEY].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def status_stream(request: web.Request) -> web.WebSocketResponse:
+    """First a full snapshot, then one per change, at most one per stream interval."""
+    engine = request.app[ENGINE_KEY]
+    interval = engine.config.daemon.stream_interval
+    ws = web.WebSocketResponse(heartbeat=30.0)
+    await ws.prepare(request)
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+    pending = False
+
+    def poke() -> None:  # called from writer threads; cheap and coalescing
+        nonlocal pending
+        if not pending:
+            pending = True
+            loop.call_soon_threadsafe(changed.set)
+
+    async def reader() -> None:
+        async for msg in ws:
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                break
+
+    engine.tracker.add_listener(poke)
+    read_task = asyncio.create_task(reader())
+    try:
+        last_seq = -1
+        while not ws.closed and not read_task.done():
+            snap = engine.snapshot()
+            if snap.seq != last_seq:
+                last_seq = snap.seq
+                await ws.send_str(json.dumps(snap.to_json()))
+            sent_at = time.monotonic()
+            wait_change = asyncio.create_task(changed.wait())
+            done, _ = await asyncio.wait({wait_change, read_task},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            wait_change.cancel()
+            if read_task in done:
+                break
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent_at)))
+            pending = False
+            changed.clear()
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        engine.tracker.remove_listener(poke)
+        read_task.cancel()
+        await ws.close()
+    return ws
+
+
+
+
+def build_app(engine: Engine) -> web.Application:
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware(engine.config.daemon.token)],
+        client_max_size=64 * 1024,
+    )
+    app[ENGINE_KEY] = engine
+    app[METRICS_KEY] = EngineMetrics(engine)
+    app.router.add_get("/status", get_status)
+    app.router.add_get("/v1/status", get_status)
+    app.router.add_get("/v1/status/stream", status_stream)
+    app.router.add_get("/v1/info", get_info)
+    app.router.add_post("/v1/proofs", post_proof)
+    app.router.add_get("/v1/proofs/{job_id}", get_proof)
+    app.router.add_delete("/v1/proofs/{job_id}", delete_proof)
+    app.router.add_post("/v1/srs/{circuit_id}/preload", preload_srs)
+    app.router.add_delete("/v1/srs/{circuit_id}", evict_srs)
+    app.router.add_get("/metrics", get_metrics)
+    return app

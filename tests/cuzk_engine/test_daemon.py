@@ -1,0 +1,147 @@
+"""The HTTP/WebSocket API: validation (clear 4xx JSON, never a 500), auth, SRS endpoints,
+metrics and the status stream. Runs the real prover stages; no proof is needed here except in
+the stream test, which proves one tiny winning-post."""
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from cuzk_engine.config import ConfigError, EngineConfig
+from cuzk_engine.daemon import EngineDaemon
+from cuzk_engine.daemon.client import EngineAPIError, EngineClient
+
+
+def config(tmp_path, **daemon):
+    cfg = EngineConfig()
+    cfg.devices = ["cpu"]
+    cfg.synthesis_workers = 1
+    cfg.memory.total_budget = 2 * 1024**3
+    cfg.param_cache = tmp_path / "params"
+    cfg.daemon.listen = daemon.pop("listen", "127.0.0.1:0")
+    cfg.daemon.token = daemon.pop("token", None)
+    cfg.daemon.stream_interval = 0.05
+    return cfg
+
+
+@pytest.fixture
+async def daemon(tmp_path):
+    d = EngineDaemon(config(tmp_path))
+    await d.start()
+    yield d
+    await d.stop(fast=True)
+
+
+async def raw(d, method, path, **kw):
+    async with aiohttp.ClientSession() as s, s.request(method, d.url + path, **kw) as r:
+        return r.status, await r.json(content_type=None)
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"kind": "nope", "profile": "tiny", "seed": 1}, "unknown kind"),
+    ({"kind": "porep-c2", "profile": "giant", "seed": 1}, "unknown profile"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 2**64}, "seed must be"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": -3}, "seed must be"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1.5}, "integers"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": "7"}, "seed must be"),
+    ({"kind": "porep-c2", "profile": "tiny"}, "missing field"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "x": 1}, "unknown field"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "priority": "asap"}, "unknown priority"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "request_id": "a b"}, "request_id"),
+    ([1, 2], "JSON object"),
+])
+async def test_bad_submissions_get_400_with_a_message(daemon, body, needle):
+    status, data = await raw(daemon, "POST", "/v1/proofs", json=body)
+    assert status == 400 and needle in data["error"]
+
+
+async def test_malformed_json_and_unknown_routes_and_ids(daemon):
+    status, data = await raw(daemon, "POST", "/v1/proofs", data=b"{not json",
+                             headers={"Content-Type": "application/json"})
+    assert status == 400 and "not valid JSON" in data["error"]
+    status, data = await raw(daemon, "GET", "/v1/proofs/does-not-exist")
+    assert status == 404 and "does-not-exist" in data["error"]
+    status, data = await raw(daemon, "DELETE", "/v1/proofs/does-not-exist")
+    assert status == 404
+    status, data = await raw(daemon, "GET", "/v1/proofs/x?wait=forever")
+    assert status == 400 and "wait" in data["error"]
+    status, data = await raw(daemon, "GET", "/v1/proofs/x?wait=1e9")
+    assert status == 400
+    status, data = await raw(daemon, "GET", "/nowhere")
+    assert status == 404 and data["error"]
+    status, data = await raw(daemon, "POST", "/v1/srs/nope.tiny/preload")
+    assert status == 400 and "unknown circuit" in data["error"]
+    status, data = await raw(daemon, "POST", "/v1/proofs", data=b"x" * 100_000)
+    assert status == 413
+
+
+async def test_srs_preload_and_evict(daemon):
+    async with EngineClient(daemon.url) as c:
+        first = await c.preload("winning-post.tiny")
+        assert first["already_loaded"] is False
+        assert (await c.preload("winning-post.tiny"))["already_loaded"] is True
+        srs = (await c.status())["allocations"]["srs"]
+        assert [(a["circuit_id"], a["state"], a["evictable"]) for a in srs] == [
+            ("winning-post.tiny", "loaded", True)]
+        used = (await c.status())["memory"]["used_bytes"]
+        evicted = await c.evict("winning-post.tiny")
+        assert evicted["was_loaded"] and evicted["freed_bytes"] == used
+        assert (await c.status())["memory"]["used_bytes"] == 0
+        assert (await c.evict("winning-post.tiny"))["was_loaded"] is False
+
+
+async def test_info_and_metrics(daemon):
+    async with EngineClient(daemon.url) as c:
+        info = await c.info()
+        assert info["devices"][0]["name"] == "cpu" and "porep-c2" in info["kinds"]
+        text = await c.metrics()
+    for family in ("cuzk_proofs_completed_total", "cuzk_queue_depth", "cuzk_gpu_worker_busy",
+                   "cuzk_uptime_seconds", "cuzk_running_jobs", "cuzk_memory_bytes"):
+        assert family in text
+
+
+async def test_token_required_off_loopback_and_enforced(tmp_path):
+    with pytest.raises(ConfigError, match="daemon.token"):
+        EngineDaemon(config(tmp_path, listen="0.0.0.0:0"))
+    d = EngineDaemon(config(tmp_path, token="s3cret"))
+    await d.start()
+    try:
+        status, data = await raw(d, "GET", "/status")
+        assert status == 401 and "bearer" in data["error"]
+        status, _ = await raw(d, "GET", "/status", headers={"Authorization": "Bearer wrong"})
+        assert status == 401
+        async with EngineClient(d.url, token="s3cret") as c:
+            assert "pipelines" in await c.status()
+        async with EngineClient(d.url) as c:
+            with pytest.raises(EngineAPIError) as e:
+                await c.submit("porep-c2", "tiny", 1)
+            assert e.value.status == 401
+    finally:
+        await d.stop(fast=True)
+
+
+async def test_stream_sends_full_snapshot_first_then_changes(daemon):
+    async with EngineClient(daemon.url) as c:
+        stream = c.stream_snapshots()
+        first = await anext(stream)
+        assert first["pipelines"] == [] and "gpu_workers" in first
+        job = await c.submit("winning-post", "tiny", 3, request_id="stream-1")
+        states = set()
+        seqs = [first["seq"]]
+        async with asyncio.timeout(60):
+            async for snap in stream:
+                seqs.append(snap["seq"])
+                for p in snap["pipelines"]:
+                    states.update(pt["state"] for pt in p["partitions"])
+                if any(p["status"] == "done" for p in snap["pipelines"]):
+                    break
+        await stream.aclose()
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        assert "done" in states
+        result = await c.get(job["job_id"], wait=5)
+        assert result["status"] == "done" and result["verified"] is True
+        again = await c.submit("winning-post", "tiny", 3, request_id="stream-1")
+        assert again["job_id"] == "stream-1" and again["created"] is False
+        with pytest.raises(EngineAPIError) as e:
+            await c.submit("winning-post", "tiny", 4, request_id="stream-1")
+        assert e.value.status == 409
