@@ -1,7 +1,10 @@
 from django.urls import path
 
-from vastmgr.fleet.consumers import FleetConsumer
+from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, ProofConsumer, RelayConsumer
 
 websocket_urlpatterns = [
     path("ws/fleet/", FleetConsumer.as_asgi()),
+    path("ws/hosts/<int:machine_id>/", HostConsumer.as_asgi()),
+    path("ws/proofs/<uuid:job_id>/", ProofConsumer.as_asgi()),
+    path("ws/relay/", RelayConsumer.as_asgi()),
 ]

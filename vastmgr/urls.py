@@ -6,9 +6,17 @@ from vastmgr.proofs import views as proof_views
 
 urlpatterns = [
     path("", fleet_views.fleet, name="fleet"),
+    path("hosts/<int:machine_id>/", fleet_views.host, name="host"),
+    path("hosts/<int:machine_id>/srs/", fleet_views.host_srs, name="host-srs"),
     path("events/", fleet_views.events, name="events"),
     path("offers/", fleet_views.offers, name="offers"),
     path("proofs/", proof_views.proof_list, name="proofs"),
+    path("proofs/new/", proof_views.new_proof, name="proof-new"),
+    path("proofs/<uuid:job_id>/", proof_views.proof_detail, name="proof"),
+    path("proofs/<uuid:job_id>/<str:name>", proof_views.proof_download, name="proof-download"),
+    path("fragments/fleet/", fleet_views.fleet_fragment, name="fleet-fragment"),
+    path("fragments/hosts/<int:machine_id>/", fleet_views.host_fragment, name="host-fragment"),
+    path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -48,6 +48,7 @@ async def test_logged_in_websocket_receives_fleet_fragments():
                                headers=[(b"origin", b"http://127.0.0.1"), (b"cookie", cookie)])
     connected, _ = await ws.connect()
     assert connected
+    assert 'id="fleet-rows"' in await ws.receive_from(timeout=5)  # the full state comes first
     await get_channel_layer().group_send("fleet", {"type": "fragment", "html": '<div id="x">1</div>'})
     assert await ws.receive_from(timeout=2) == '<div id="x">1</div>'
     await ws.disconnect()

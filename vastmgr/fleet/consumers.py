@@ -1,13 +1,29 @@
-"""WebSocket consumers: each joins a group and forwards rendered HTML fragments to the browser."""
+"""WebSocket consumers: each joins a group, sends the full current state, then relays the
+controller's `fragment` messages (htmx OOB swaps by element id)."""
 
+import hmac
+import json
+import logging
+import time
+
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-# Close code for "not logged in": the 4000 range is free for applications; 4403 mirrors HTTP 403.
+from vastmgr.fleet.controller import fragments
+from vastmgr.fleet.controller.publish import fragment_event, relay_token
+from vastmgr.fleet.models import Machine
+from vastmgr.proofs.models import ProofJob
+
+log = logging.getLogger(__name__)
+
+# Close codes in the application range: 4403 mirrors HTTP 403 (not logged in), 4404 a page
+# whose object does not exist. Neither is retried by the browser.
 CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
 
 
 class FragmentConsumer(AsyncWebsocketConsumer):
-    """Joins one channel-layer group and relays `fragment` messages (htmx OOB swaps)."""
+    """Joins one channel-layer group and relays `fragment` messages."""
 
     group = ""
 
@@ -19,17 +35,95 @@ class FragmentConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        if not await self.exists():
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
         self.group = self.get_group()
+        # Join before rendering, so an update published meanwhile is delivered after the
+        # snapshot instead of falling between the two.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.send_current_state()
 
     async def disconnect(self, code):
         if self.group and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None):
+        # The browser asks again after it re-opens a socket or wakes from sleep.
+        try:
+            message = json.loads(text_data or "{}")
+        except json.JSONDecodeError:
+            return
+        if isinstance(message, dict) and message.get("type") == "request_current_state":
+            await self.send_current_state()
+
+    async def send_current_state(self):
+        await self.send(text_data=await database_sync_to_async(self.current_state)())
+
     async def fragment(self, event):
         await self.send(text_data=event["html"])
 
+    async def exists(self) -> bool:
+        return True
+
+    def current_state(self) -> str:
+        raise NotImplementedError
+
 
 class FleetConsumer(FragmentConsumer):
-    group = "fleet"
+    group = fragments.fleet_group()
+
+    def current_state(self) -> str:
+        return fragments.render_fleet()
+
+
+class HostConsumer(FragmentConsumer):
+    def get_group(self) -> str:
+        return fragments.host_group(self.scope["url_route"]["kwargs"]["machine_id"])
+
+    @database_sync_to_async
+    def exists(self) -> bool:
+        return Machine.objects.filter(pk=self.scope["url_route"]["kwargs"]["machine_id"]).exists()
+
+    def current_state(self) -> str:
+        machine = Machine.objects.get(pk=self.scope["url_route"]["kwargs"]["machine_id"])
+        now = time.time()
+        return fragments.render_host_panel(machine, now) + fragments.render_host_charts(machine, now)
+
+
+class ProofConsumer(FragmentConsumer):
+    def get_group(self) -> str:
+        return fragments.proof_group(self.scope["url_route"]["kwargs"]["job_id"])
+
+    @database_sync_to_async
+    def exists(self) -> bool:
+        return ProofJob.objects.filter(pk=self.scope["url_route"]["kwargs"]["job_id"]).exists()
+
+    def current_state(self) -> str:
+        job = ProofJob.objects.select_related("machine").get(
+            pk=self.scope["url_route"]["kwargs"]["job_id"])
+        return fragments.render_proof(job)
+
+
+class RelayConsumer(AsyncWebsocketConsumer):
+    """Where the fleet controller hands in fragment batches when there is no shared Redis
+    (embedded mode): only a holder of the relay token may connect."""
+
+    async def connect(self):
+        headers = dict(self.scope.get("headers") or [])
+        offered = headers.get(b"authorization", b"").decode("latin-1")
+        if not hmac.compare_digest(offered, f"Bearer {relay_token()}"):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.accept()
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            messages = json.loads(text_data or "")["messages"]
+            batch = [(str(group), str(html)) for group, html in messages]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("relay: ignoring a malformed batch")
+            return
+        for group, html in batch:
+            await self.channel_layer.group_send(group, fragment_event(html))

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -133,3 +134,64 @@ class Event(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("events are append-only: they cannot be deleted")
+
+
+class HostStatus(models.Model):
+    """The fleet controller's latest view of one machine's engine, shared by every dashboard process.
+
+    Pages and consumers render from this row, so a browser that (re)connects to any daphne
+    process sees the same state. `connected` is the controller's word on the link; whether the
+    data is still fresh is judged from `last_seen` at render time, so a dead controller can
+    never leave a host looking live.
+    """
+
+    machine = models.OneToOneField(Machine, on_delete=models.CASCADE, related_name="live")
+    connected = models.BooleanField(default=False)
+    via = models.CharField(max_length=10, blank=True, help_text="stream or poll")
+    interval = models.FloatField(default=1.0, help_text="Expected seconds between snapshots")
+    seq = models.BigIntegerField(null=True, blank=True)
+    snapshot = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    updated = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.machine.name}: {'connected' if self.connected else 'down'}"
+
+
+class HostSample(models.Model):
+    """A downsampled history point (one every few seconds per host), pruned by age."""
+
+    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="samples")
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    busy_fraction = models.FloatField(help_text="Share of GPU workers proving, 0..1")
+    busy_by_device = models.JSONField(default=dict, blank=True)
+    proofs_completed = models.BigIntegerField(help_text="Engine counter (cumulative)")
+    proofs_failed = models.BigIntegerField(default=0)
+    queue_depth = models.IntegerField(default=0)
+    memory_used = models.BigIntegerField(default=0)
+    memory_total = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["machine", "time"]
+        indexes = [models.Index(fields=["machine", "time"])]
+
+
+class HostAction(models.Model):
+    """An operator's request to an engine (SRS preload/evict), carried out by the controller."""
+
+    class Action(models.TextChoices):
+        PRELOAD = "preload"
+        EVICT = "evict"
+
+    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="actions")
+    action = models.CharField(max_length=10, choices=Action.choices)
+    circuit_id = models.CharField(max_length=200)
+    created = models.DateTimeField(default=timezone.now)
+    done_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        ordering = ["created"]

@@ -1,10 +1,56 @@
-from django.shortcuts import render
+import time
 
-from .models import Event, Machine
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from .controller import fragments
+from .forms import SrsActionForm
+from .models import Event, HostAction, Machine
 
 
 def fleet(request):
-    return render(request, "fleet/fleet.html", {"machines": Machine.objects.all()})
+    now = time.time()
+    hosts = fragments.load_hosts(now)
+    return render(request, "fleet/fleet.html", {
+        "hosts": hosts, "totals_html": fragments.render_fleet_totals(hosts),
+    })
+
+
+def fleet_fragment(request):
+    """The socket's full state over plain HTTP: the browser's fallback while the socket is down."""
+    return HttpResponse(fragments.render_fleet())
+
+
+def host(request, machine_id):
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return render(request, "fleet/host.html", {
+        "machine": machine, "state_html": _host_state(machine), "srs_form": SrsActionForm(),
+    })
+
+
+def host_fragment(request, machine_id):
+    return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id)))
+
+
+def _host_state(machine: Machine) -> str:
+    now = time.time()
+    return fragments.render_host_panel(machine, now) + fragments.render_host_charts(machine, now)
+
+
+@require_POST
+def host_srs(request, machine_id):
+    machine = get_object_or_404(Machine, pk=machine_id)
+    form = SrsActionForm(request.POST)
+    if form.is_valid():
+        HostAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
+        messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
+                               f" requested; the panel updates when the engine has done it.")
+        return redirect("host", machine_id=machine.pk)
+    return render(request, "fleet/host.html", {
+        "machine": machine, "state_html": _host_state(machine), "srs_form": form,
+    }, status=400)
 
 
 def events(request):

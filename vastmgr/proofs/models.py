@@ -71,6 +71,15 @@ class ProofJob(models.Model):
     public_inputs = models.JSONField(null=True, blank=True)
     vk = models.JSONField(null=True, blank=True)
     verified = models.BooleanField(null=True, blank=True)
+    engine_job_id = models.CharField(
+        max_length=100, blank=True, help_text="The engine's id for this job on its machine"
+    )
+    engine_verified = models.BooleanField(
+        null=True, blank=True, help_text="The engine's own self-check (ours is `verified`)"
+    )
+    progress = models.JSONField(
+        null=True, blank=True, help_text="Last partition states seen in the engine's status"
+    )
     error = models.TextField(blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -42,20 +43,27 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--engine-config", default=os.environ.get("CUZK_CONFIG"),
+                            help="TOML file for the local engine (default: $CUZK_CONFIG)")
 
-    def processes(self, host: str, port: int) -> list[tuple[str, list[str]]]:
+    def processes(self, host: str, port: int, engine_config: str | None = None) -> list[tuple[str, list[str]]]:
         python = sys.executable
+        manage = str(Path(__file__).resolve().parents[4] / "manage.py")
+        dashboard = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         return [
             ("dashboard", [python, "-m", "daphne", "-b", host, "-p", str(port),
                            "vastmgr.asgi:application"]),
+            ("controller", [python, manage, "run_fleet", "--dashboard-url", dashboard]),
+            ("engine", [python, manage, "run_engine"]
+             + (["--config", engine_config] if engine_config else [])),
         ]
 
-    def handle(self, *args, host, port, **options):
+    def handle(self, *args, host, port, engine_config, **options):
         call_command("migrate", interactive=False, verbosity=0)
         ensure_admin(self.stdout)
         children = {
             name: subprocess.Popen(argv, start_new_session=True)
-            for name, argv in self.processes(host, port)
+            for name, argv in self.processes(host, port, engine_config)
         }
         self.stdout.write(f"vastmgr is up on http://{host}:{port}/ — Ctrl-C stops everything")
         stopping = False

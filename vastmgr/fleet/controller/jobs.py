@@ -1,0 +1,167 @@
+"""Database side of dispatch: choosing a machine, recording submissions, results and re-queues.
+
+Every function here is synchronous (run in a thread by the controller) and re-reads the job
+row before writing, so a result that arrives after a re-queue or a cancel is ignored rather
+than counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+
+from vastmgr.fleet.models import Event, Machine
+from vastmgr.proofs.models import ProofJob
+
+from .verify import VerificationError, reverify
+
+log = logging.getLogger(__name__)
+
+PRIORITY_ORDER = {"critical": 0, "high": 1, "normal": 2, "low": 3}
+IN_FLIGHT = (ProofJob.Status.DISPATCHED, ProofJob.Status.RUNNING)
+
+
+def queued_jobs(limit: int = 50) -> list[ProofJob]:
+    jobs = list(ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
+                .select_related("machine").order_by("submitted_at")[:limit])
+    return sorted(jobs, key=lambda j: (PRIORITY_ORDER.get(j.priority, 9), j.submitted_at))
+
+
+def in_flight_jobs() -> list[ProofJob]:
+    return list(ProofJob.objects.filter(status__in=IN_FLIGHT))
+
+
+def unusable_reason(machine: Machine) -> str | None:
+    """Why a job pinned to this machine can never run there (None: it can, maybe later)."""
+    if machine.state == Machine.State.KILLED:
+        return f"machine {machine.name} was killed ({machine.kill_reason})"
+    if not machine.enabled:
+        return f"machine {machine.name} is disabled"
+    return None
+
+
+def fail(job_id, error: str) -> ProofJob | None:
+    job = ProofJob.objects.filter(pk=job_id).first()
+    if job is None or job.is_final:
+        return None
+    job.fail(error)
+    Event.record("proof", f"proof {job.pk} failed: {error}", machine=job.machine,
+                 level=Event.Level.ERROR, data={"job": str(job.pk)})
+    return job
+
+
+def mark_dispatched(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:
+    job = ProofJob.objects.filter(pk=job_id).first()
+    if job is None or job.status != ProofJob.Status.QUEUED:
+        return None
+    job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine_id, engine_job_id=engine_job_id)
+    return job
+
+
+def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
+    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    if job is None:
+        return None
+    machine = job.machine
+    job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
+    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}",
+                 machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
+    return job
+
+
+def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
+    """Copy partition progress from a snapshot into our jobs; return the jobs that changed."""
+    by_request = {p["request_id"]: p for p in pipelines if p.get("request_id")}
+    if not by_request:
+        return []
+    changed = []
+    jobs = ProofJob.objects.filter(pk__in=[r for r in by_request if _is_uuid(r)],
+                                   machine_id=machine_id, status__in=IN_FLIGHT)
+    for job in jobs:
+        pipeline = by_request[str(job.pk)]
+        progress = {"status": pipeline.get("status"), "error": pipeline.get("error"),
+                    "partitions": pipeline.get("partitions") or []}
+        if progress == job.progress and job.status == ProofJob.Status.RUNNING:
+            continue
+        if job.status == ProofJob.Status.DISPATCHED and pipeline.get("status") != "queued":
+            job.move_to(ProofJob.Status.RUNNING, progress=progress)
+        else:
+            job.progress = progress
+            job.save(update_fields=["progress"])
+        changed.append(job)
+    return changed
+
+
+def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], list[str]]:
+    """Pipelines on this engine that carry one of our job ids but are not ours to run there.
+
+    Returns (jobs to adopt: queued here with no machine, e.g. submitted just before a
+    controller crash; engine job ids to cancel: the job now belongs elsewhere or is over).
+    """
+    active = [p for p in pipelines if p.get("request_id") and _is_uuid(p["request_id"])
+              and p.get("status") in ("queued", "running")]
+    if not active:
+        return [], []
+    jobs = {str(j.pk): j for j in ProofJob.objects.filter(pk__in=[p["request_id"] for p in active])}
+    adopt, cancel = [], []
+    for pipeline in active:
+        job = jobs.get(pipeline["request_id"])
+        if job is None:
+            continue
+        if job.status == ProofJob.Status.QUEUED and job.machine_id in (None, machine_id):
+            job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine_id,
+                        engine_job_id=pipeline["job_id"])
+            adopt.append(job)
+        elif job.is_final or (job.machine_id not in (None, machine_id)):
+            cancel.append(pipeline["job_id"])
+    return adopt, cancel
+
+
+def record_result(job_id, machine_id: int, record: dict,
+                  pipeline: dict | None) -> ProofJob | None:
+    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    if job is None:
+        return None
+    fields = {"timings": record.get("timings") or {}}
+    if pipeline is not None:
+        fields["progress"] = {"status": pipeline.get("status"), "error": pipeline.get("error"),
+                              "partitions": pipeline.get("partitions") or []}
+    status = record.get("status")
+    if status == "cancelled":
+        job.move_to(ProofJob.Status.CANCELLED, error=record.get("error") or "cancelled", **fields)
+        return job
+    if status == "failed":
+        job.fail(record.get("error") or "the engine reported a failure without a reason",
+                 engine_verified=record.get("verified"), **fields)
+        return job
+    try:
+        proof = bytes.fromhex(record.get("proof") or "")
+    except ValueError:
+        job.fail("the engine returned a proof that is not hex", **fields)
+        return job
+    vk, inputs = record.get("vk"), record.get("public_inputs")
+    try:
+        ok = reverify(vk, inputs, proof)
+        error = "" if ok else "the dashboard's own verification rejected this proof"
+    except VerificationError as exc:
+        ok, error = False, f"the proof could not be checked: {exc}"
+    fields.update(proof=proof, vk=vk, public_inputs=inputs, verified=ok,
+                  engine_verified=record.get("verified"))
+    if ok:
+        job.move_to(ProofJob.Status.DONE, **fields)
+    else:
+        job.fail(error, **fields)
+    return job
+
+
+def seen_at(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True

@@ -1,0 +1,17 @@
+"""Whether a host's engine data can be trusted right now: live, stale or offline."""
+
+from __future__ import annotations
+
+LIVE, STALE, OFFLINE = "live", "stale", "offline"
+STALE_AFTER_INTERVALS = 3
+
+
+def connection_state(connected: bool, last_seen: float | None, interval: float,
+                     now: float) -> str:
+    """`offline` when the link is down (or never came up); `stale` when it is up but nothing
+    arrived for 3 expected intervals; otherwise `live`."""
+    if not connected or last_seen is None:
+        return OFFLINE
+    if now - last_seen > STALE_AFTER_INTERVALS * interval:
+        return STALE
+    return LIVE

@@ -1,0 +1,416 @@
+"""The controller loop: watch engines, push fragments, dispatch jobs, keep history."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import aiohttp
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
+from vastmgr.proofs.models import ProofJob
+
+from . import fragments, jobs
+from .engine import EngineRejected, EngineUnreachable
+from .liveness import LIVE, connection_state
+from .publish import LayerPublisher
+from .transport import TransportError, transport_for
+from .watcher import HostLive, HostWatcher
+
+log = logging.getLogger(__name__)
+
+RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
+
+
+class FleetController:
+    def __init__(self, *, publisher=None, clock: Callable[[], float] = time.time,
+                 tick: float = 0.5, interval: float = 1.0, grace: float = 60.0,
+                 history_every: float = 10.0, history_keep: float = 24 * 3600):
+        self.publisher = publisher or LayerPublisher()
+        self.clock = clock
+        self.tick_seconds = tick
+        self.interval = interval
+        self.grace = grace
+        self.history_every = history_every
+        self.history_keep = history_keep
+        self.hosts: dict[int, HostLive] = {}
+        self.pushed: dict[int, str] = {}  # connection state last pushed per host
+        self.watchers: dict[int, asyncio.Task] = {}
+        self.waiters: dict[str, asyncio.Task] = {}
+        self.actions: set[int] = set()
+        self.background: set[asyncio.Task] = set()
+        self.machine_names: dict[int, str] = {}
+        self.last_sample = 0.0
+        self.session: aiohttp.ClientSession | None = None
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        self.session = self.session or aiohttp.ClientSession()
+        try:
+            await self.resume_in_flight()
+            while not stop.is_set():
+                await self.tick()
+                try:
+                    await asyncio.wait_for(stop.wait(), self.tick_seconds)
+                except TimeoutError:
+                    pass
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        tasks = [*self.watchers.values(), *self.waiters.values(), *self.background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.watchers.clear()
+        self.waiters.clear()
+        await self.publisher.close()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # ---- one tick -------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        now = self.clock()
+        await self.sync_machines()
+        if getattr(self.publisher, "reconnected", False):
+            self.publisher.reconnected = False
+            for live in self.hosts.values():
+                live.changed = True
+        changed = self._collect_changes(now)
+        if changed:
+            messages, cancels, seen_jobs = await database_sync_to_async(
+                self._persist_and_render)(changed, now)
+            for job in seen_jobs:
+                self._watch_result(job)
+            if not await self.publisher.send(messages):
+                for machine_id in changed:
+                    if machine_id in self.hosts:
+                        self.hosts[machine_id].changed = True
+            for machine_id, engine_job_id in cancels:
+                self._spawn(self._cancel_orphan(machine_id, engine_job_id))
+        await self.requeue_lost(now)
+        await self.dispatch()
+        await self.run_actions()
+        if now - self.last_sample >= self.history_every:
+            self.last_sample = now
+            await self.record_history(now)
+
+    def _collect_changes(self, now: float) -> list[int]:
+        changed = []
+        for machine_id, live in self.hosts.items():
+            state = connection_state(live.connected, live.last_seen, self.interval, now)
+            if live.changed or self.pushed.get(machine_id) != state:
+                live.changed = False
+                self.pushed[machine_id] = state
+                changed.append(machine_id)
+        return changed
+
+    def _persist_and_render(self, changed: list[int], now: float):
+        cancels = []
+        proof_jobs: dict[str, ProofJob] = {}
+        with transaction.atomic():
+            statuses = {s.machine_id: s for s in HostStatus.objects.filter(machine_id__in=changed)}
+            for machine_id in changed:
+                live = self.hosts[machine_id]
+                status = statuses.get(machine_id) or HostStatus.objects.create(machine_id=machine_id)
+                status.connected = live.connected
+                status.via = live.via
+                status.interval = self.interval
+                status.seq = live.seq
+                status.snapshot = live.snapshot
+                status.error = live.error
+                status.updated = jobs.seen_at(now)
+                statuses[machine_id] = status
+                pipelines = (live.snapshot or {}).get("pipelines") or []
+                if live.connected and pipelines:
+                    for job in jobs.record_progress(machine_id, pipelines):
+                        proof_jobs[str(job.pk)] = job
+                    adopted, orphaned = jobs.orphans(machine_id, pipelines)
+                    for job in adopted:
+                        proof_jobs[str(job.pk)] = job
+                    cancels.extend((machine_id, engine_job) for engine_job in orphaned)
+            HostStatus.objects.bulk_update(
+                statuses.values(), ["connected", "via", "interval", "seq", "snapshot", "error",
+                                    "updated"])
+            for machine_id in changed:
+                seen = self.hosts[machine_id].last_seen
+                if seen is not None:
+                    Machine.objects.filter(pk=machine_id).update(last_seen=jobs.seen_at(seen))
+        hosts = fragments.load_hosts(now)
+        by_id = {h.machine.pk: h for h in hosts}
+        messages = []
+        fleet_html = [fragments.render_fleet_row(by_id[m]) for m in changed if m in by_id]
+        fleet_html.append(fragments.render_fleet_totals(hosts))
+        messages.append((fragments.fleet_group(), "".join(fleet_html)))
+        for machine_id in changed:
+            if machine_id in by_id:
+                messages.append((fragments.host_group(machine_id),
+                                 fragments.render_host_panel(by_id[machine_id].machine, now)))
+        for job in proof_jobs.values():
+            messages.append((fragments.proof_group(job.pk), fragments.render_proof(job)))
+        return messages, cancels, list(proof_jobs.values())
+
+    # ---- machines and watchers ------------------------------------------------------------
+
+    async def sync_machines(self) -> None:
+        machines = await database_sync_to_async(list)(
+            Machine.objects.filter(enabled=True).exclude(state=Machine.State.KILLED))
+        wanted = {m.pk: m for m in machines}
+        for machine_id in list(self.watchers):
+            if machine_id not in wanted:
+                self.watchers.pop(machine_id).cancel()
+                self.hosts.pop(machine_id, None)
+                self.pushed.pop(machine_id, None)
+        for machine_id, machine in wanted.items():
+            self.machine_names[machine_id] = machine.name
+            if machine_id in self.watchers:
+                continue
+            live = self.hosts.setdefault(machine_id, HostLive(machine_id, down_since=self.clock()))
+            try:
+                transport = transport_for(machine)
+            except TransportError as exc:
+                live.lost(str(exc), self.clock())
+                continue
+            watcher = HostWatcher(live, transport, self.session, self.clock, self.interval)
+            self.watchers[machine_id] = asyncio.create_task(watcher.run(), name=f"watch-{machine_id}")
+
+    def live_hosts(self) -> list[HostLive]:
+        now = self.clock()
+        return [h for h in self.hosts.values()
+                if connection_state(h.connected, h.last_seen, self.interval, now) == LIVE
+                and h.client is not None]
+
+    # ---- dispatch and results -------------------------------------------------------------
+
+    async def resume_in_flight(self) -> None:
+        """After a (re)start: keep waiting for every job a previous run had dispatched."""
+        for job in await database_sync_to_async(jobs.in_flight_jobs)():
+            self._watch_result(job)
+
+    async def dispatch(self) -> None:
+        queued = await database_sync_to_async(jobs.queued_jobs)()
+        if not queued:
+            return
+        # Jobs handed out this tick count towards load, so a burst spreads over the fleet.
+        planned: dict[int, int] = {}
+        for job in queued:
+            if job.machine_id is not None:
+                reason = jobs.unusable_reason(job.machine)
+                if reason:
+                    await self._publish_job(await database_sync_to_async(jobs.fail)(job.pk, reason))
+                    continue
+            host = self._choose_host(job, planned)
+            if host is None:
+                continue
+            planned[host.machine_id] = planned.get(host.machine_id, 0) + 1
+            try:
+                answer = await host.client.submit(
+                    request_id=str(job.pk), kind=job.kind, profile=job.profile, seed=job.seed,
+                    priority=job.priority)
+            except EngineRejected as exc:
+                name = self.machine_names.get(host.machine_id, host.machine_id)
+                await self._publish_job(await database_sync_to_async(jobs.fail)(
+                    job.pk, f"the engine on {name} rejected the job: {exc}"))
+                continue
+            except EngineUnreachable as exc:
+                log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
+                continue
+            updated = await database_sync_to_async(jobs.mark_dispatched)(
+                job.pk, host.machine_id, str(answer.get("job_id", "")))
+            if updated is not None:
+                self._watch_result(updated)
+                await self._publish_job(updated)
+
+    def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> HostLive | None:
+        candidates = self.live_hosts()
+        if job.machine_id is not None:
+            candidates = [h for h in candidates if h.machine_id == job.machine_id]
+        if not candidates:
+            return None
+
+        def load(host: HostLive) -> tuple:
+            snapshot = host.snapshot or {}
+            busy = sum(1 for p in snapshot.get("pipelines") or []
+                       if p.get("status") in ("queued", "running"))
+            queue = (snapshot.get("counters") or {}).get("queue_depth", 0)
+            return (busy + queue + planned.get(host.machine_id, 0), host.machine_id)
+
+        return min(candidates, key=load)
+
+    def _watch_result(self, job: ProofJob) -> None:
+        key = str(job.pk)
+        if key in self.waiters and not self.waiters[key].done():
+            return
+        self.waiters[key] = asyncio.create_task(
+            self._await_result(key, job.machine_id, job.engine_job_id), name=f"result-{key}")
+
+    async def _await_result(self, job_id: str, machine_id: int, engine_job_id: str) -> None:
+        try:
+            while True:
+                live = self.hosts.get(machine_id)
+                if live is None or not live.connected or live.client is None:
+                    if not await self._still_in_flight(job_id, machine_id):
+                        return
+                    await asyncio.sleep(self.interval)
+                    continue
+                client = live.client
+                try:
+                    record = await client.get(engine_job_id or job_id, wait=RESULT_WAIT)
+                except EngineUnreachable:
+                    await asyncio.sleep(self.interval)
+                    continue
+                except EngineRejected as exc:
+                    record = {"status": "failed", "error": f"engine refused the lookup: {exc}"}
+                if record is None:
+                    # The engine answers but no longer knows the job: it restarted and lost it.
+                    job = await database_sync_to_async(jobs.requeue)(
+                        job_id, machine_id, "the engine no longer knows this job (restarted?)")
+                    await self._publish_job(job)
+                    return
+                if record.get("status") in ("done", "failed", "cancelled"):
+                    pipeline = await self._final_pipeline(client, record, job_id)
+                    job = await database_sync_to_async(jobs.record_result)(
+                        job_id, machine_id, record, pipeline)
+                    await self._publish_job(job)
+                    return
+                if not await self._still_in_flight(job_id, machine_id):
+                    return
+        finally:
+            self.waiters.pop(job_id, None)
+
+    async def _final_pipeline(self, client, record: dict, job_id: str) -> dict | None:
+        """The job's last partition timings, from /status while the engine still retains it."""
+        try:
+            snapshot = await client.status()
+        except (EngineUnreachable, EngineRejected):
+            return None
+        for pipeline in snapshot.get("pipelines") or []:
+            if pipeline.get("request_id") == job_id or pipeline.get("job_id") == record.get("job_id"):
+                return pipeline
+        return None
+
+    @database_sync_to_async
+    def _still_in_flight(self, job_id: str, machine_id: int) -> bool:
+        return ProofJob.objects.filter(pk=job_id, machine_id=machine_id,
+                                       status__in=jobs.IN_FLIGHT).exists()
+
+    async def requeue_lost(self, now: float) -> None:
+        """Jobs on a machine that has been unreachable for longer than the grace period go back
+        to the queue (the engine's request-id idempotency makes a later duplicate harmless)."""
+        expired = {mid for mid, live in self.hosts.items()
+                   if not live.connected and live.down_since is not None
+                   and now - live.down_since > self.grace}
+        in_flight = await database_sync_to_async(jobs.in_flight_jobs)()
+        for job in in_flight:
+            gone = job.machine_id not in self.hosts and job.machine_id is not None
+            if job.machine_id in expired or gone:
+                reason = (f"machine offline for more than {self.grace:g} s" if not gone
+                          else "machine is disabled or killed")
+                requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
+                await self._publish_job(requeued)
+
+    async def _cancel_orphan(self, machine_id: int, engine_job_id: str) -> None:
+        live = self.hosts.get(machine_id)
+        if live is None or live.client is None:
+            return
+        try:
+            await live.client.cancel(engine_job_id)
+            log.info("cancelled orphaned engine job %s on machine %s", engine_job_id, machine_id)
+        except (EngineUnreachable, EngineRejected) as exc:
+            log.info("could not cancel orphaned job %s: %s", engine_job_id, exc)
+
+    async def _publish_job(self, job: ProofJob | None) -> None:
+        if job is None:
+            return
+        html = await database_sync_to_async(_render_job)(job)
+        await self.publisher.send([(fragments.proof_group(job.pk), html)])
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.background.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self.background.discard)
+
+    # ---- operator actions and history -----------------------------------------------------
+
+    async def run_actions(self) -> None:
+        pending = await database_sync_to_async(list)(
+            HostAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
+        for action in pending:
+            live = self.hosts.get(action.machine_id)
+            if live is None or not live.connected or live.client is None:
+                continue
+            self.actions.add(action.pk)
+            self._spawn(self._run_action(action, live))
+
+    async def _run_action(self, action: HostAction, live: HostLive) -> None:
+        try:
+            if action.action == HostAction.Action.PRELOAD:
+                await live.client.srs_preload(action.circuit_id)
+            else:
+                await live.client.srs_evict(action.circuit_id)
+            error = ""
+        except (EngineUnreachable, EngineRejected) as exc:
+            error = str(exc)
+        await database_sync_to_async(_finish_action)(action, error)
+        self.actions.discard(action.pk)
+
+    async def record_history(self, now: float) -> None:
+        samples = []
+        for live in self.hosts.values():
+            if not live.connected or not live.snapshot:
+                continue
+            samples.append(_sample(live, now))
+        messages = await database_sync_to_async(_store_history)(
+            samples, now, self.history_keep)
+        await self.publisher.send(messages)
+
+
+def _sample(live: HostLive, now: float) -> HostSample:
+    snapshot = live.snapshot
+    workers = snapshot.get("gpu_workers") or []
+    by_device: dict[str, list[int]] = {}
+    for worker in workers:
+        counts = by_device.setdefault(str(worker.get("gpu_ordinal")), [0, 0])
+        counts[0] += worker.get("state") == "proving"
+        counts[1] += 1
+    counters = snapshot.get("counters") or {}
+    memory = snapshot.get("memory") or {}
+    busy = sum(c[0] for c in by_device.values())
+    return HostSample(
+        machine_id=live.machine_id, time=jobs.seen_at(now),
+        busy_fraction=busy / len(workers) if workers else 0.0,
+        busy_by_device={k: v[0] / v[1] for k, v in by_device.items()},
+        proofs_completed=counters.get("total_completed", 0),
+        proofs_failed=counters.get("total_failed", 0),
+        queue_depth=counters.get("queue_depth", 0),
+        memory_used=memory.get("used_bytes", 0), memory_total=memory.get("total_bytes", 0))
+
+
+def _store_history(samples: list[HostSample], now: float, keep: float):
+    HostSample.objects.bulk_create(samples)
+    HostSample.objects.filter(time__lt=jobs.seen_at(now) - timedelta(seconds=keep)).delete()
+    machines = Machine.objects.filter(pk__in=[s.machine_id for s in samples])
+    return [(fragments.host_group(m.pk), fragments.render_host_charts(m, now)) for m in machines]
+
+
+def _finish_action(action: HostAction, error: str) -> None:
+    action.done_at = timezone.now()
+    action.error = error
+    action.save(update_fields=["done_at", "error"])
+    verb = "preloaded" if action.action == HostAction.Action.PRELOAD else "evicted"
+    Event.record("srs", f"{action.machine.name}: SRS {action.circuit_id} "
+                 + (f"not {verb}: {error}" if error else verb),
+                 machine=action.machine, level=Event.Level.ERROR if error else Event.Level.INFO)
+
+
+def _render_job(job: ProofJob) -> str:
+    job = ProofJob.objects.select_related("machine").get(pk=job.pk)
+    return fragments.render_proof(job)

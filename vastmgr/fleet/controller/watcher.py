@@ -1,0 +1,117 @@
+"""One task per machine keeping the freshest engine snapshot: the status stream when it works,
+polling GET /status when it does not, and an honest `connected` flag either way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from .engine import EngineClient, EngineUnreachable
+from .transport import EngineTransport, TransportError
+
+log = logging.getLogger(__name__)
+
+# After the stream fails, poll this many times before trying the stream again.
+POLLS_BEFORE_STREAM_RETRY = 5
+MAX_BACKOFF = 10.0
+
+
+@dataclass
+class HostLive:
+    """What the controller knows about one engine, updated by its watcher."""
+
+    machine_id: int
+    snapshot: dict | None = None
+    seq: int | None = None
+    last_seen: float | None = None
+    connected: bool = False
+    down_since: float | None = None
+    via: str = ""
+    error: str = ""
+    changed: bool = True
+    client: EngineClient | None = field(default=None, repr=False)
+
+    def accept(self, snapshot: dict, via: str, now: float) -> None:
+        self.last_seen = now
+        self.via = via
+        self.error = ""
+        if not self.connected:
+            self.connected = True
+            self.down_since = None
+            self.changed = True
+        if snapshot.get("seq") != self.seq or self.snapshot is None:
+            self.snapshot = snapshot
+            self.seq = snapshot.get("seq")
+            self.changed = True
+
+    def lost(self, error: str, now: float) -> None:
+        if self.connected or self.error != error:
+            self.changed = True
+        if self.connected or self.down_since is None:
+            self.down_since = now
+        self.connected = False
+        self.error = error
+
+
+class HostWatcher:
+    def __init__(self, live: HostLive, transport: EngineTransport,
+                 session: aiohttp.ClientSession, clock: Callable[[], float],
+                 interval: float, on_update: Callable[[], None] = lambda: None):
+        self.live = live
+        self.transport = transport
+        self.session = session
+        self.clock = clock
+        self.interval = interval
+        self.on_update = on_update
+
+    async def run(self) -> None:
+        backoff = self.interval
+        try:
+            while True:
+                try:
+                    endpoint = await self.transport.connect()
+                except TransportError as exc:
+                    backoff = await self._down(str(exc), backoff)
+                    continue
+                client = EngineClient(self.session, endpoint, timeout=max(self.interval, 1.0))
+                self.live.client = client
+                try:
+                    await self._stream(client)
+                except EngineUnreachable as exc:
+                    # Only the stream may be broken (a proxy dropping websockets): polling
+                    # decides whether the engine itself is down.
+                    log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+                try:
+                    await self._poll(client)
+                    backoff = self.interval
+                except EngineUnreachable as exc:
+                    await self.transport.close()
+                    backoff = await self._down(str(exc), backoff)
+        finally:
+            await self.transport.close()
+
+    async def _down(self, reason: str, backoff: float) -> float:
+        self.live.lost(reason, self.clock())
+        self.on_update()
+        await asyncio.sleep(backoff)
+        return min(backoff * 2, MAX_BACKOFF)
+
+    async def _stream(self, client: EngineClient) -> None:
+        async for snapshot in client.stream():
+            if snapshot is None:
+                # A quiet stream is not proof of life: ask directly before trusting it.
+                self.live.accept(await client.status(), "stream", self.clock())
+            else:
+                self.live.accept(snapshot, "stream", self.clock())
+            self.on_update()
+
+    async def _poll(self, client: EngineClient) -> None:
+        for _ in range(POLLS_BEFORE_STREAM_RETRY):
+            self.live.accept(await client.status(), "poll", self.clock())
+            self.on_update()
+            await asyncio.sleep(self.interval)
+

@@ -1,0 +1,57 @@
+"""`manage.py run_fleet`: the fleet controller, a long-running process (like `sendalerts`)."""
+
+import asyncio
+import os
+import signal
+
+import aiohttp
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
+from vastmgr.fleet.controller.service import FleetController
+
+
+def uses_shared_layer() -> bool:
+    backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    return not backend.endswith("InMemoryChannelLayer")
+
+
+class Command(BaseCommand):
+    help = "Watch every engine, push live fragments, dispatch queued proofs, keep history."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dashboard-url",
+                            default=os.environ.get("VASTMGR_DASHBOARD_URL", "http://127.0.0.1:8000"),
+                            help="daphne to relay fragments to when there is no Redis "
+                                 "(default: $VASTMGR_DASHBOARD_URL or http://127.0.0.1:8000)")
+        parser.add_argument("--tick", type=float, default=0.5,
+                            help="seconds between pushes; updates within a tick are coalesced")
+        parser.add_argument("--interval", type=float, default=1.0,
+                            help="expected seconds between engine snapshots; stale after 3")
+        parser.add_argument("--grace", type=float, default=60.0,
+                            help="seconds a machine may be offline before its jobs are re-queued")
+
+    def handle(self, *args, dashboard_url, tick, interval, grace, **options):
+        for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace)):
+            if value <= 0:
+                raise CommandError(f"{name} must be positive (got {value})")
+        asyncio.run(self.serve(dashboard_url, tick, interval, grace))
+
+    async def serve(self, dashboard_url, tick, interval, grace):
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        session = aiohttp.ClientSession()
+        if uses_shared_layer():
+            publisher = LayerPublisher()
+            where = "the shared channel layer"
+        else:
+            publisher = RelayPublisher(dashboard_url, session)
+            where = f"the dashboard at {dashboard_url} (relay)"
+        controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace)
+        controller.session = session
+        self.stdout.write(f"fleet controller running; fragments go to {where}")
+        await controller.run(stop)
+        self.stdout.write("fleet controller stopped")

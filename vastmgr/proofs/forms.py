@@ -1,0 +1,38 @@
+import secrets
+
+from django import forms
+
+from vastmgr.fleet.models import Machine
+
+from .models import MAX_SEED, ProofJob
+
+MAX_COUNT = 20
+
+
+class TestProofForm(forms.Form):
+    machine = forms.ModelChoiceField(
+        queryset=Machine.objects.exclude(state=Machine.State.KILLED), required=False,
+        empty_label="auto (least-loaded online machine)",
+        error_messages={"invalid_choice": "That machine does not exist (or was killed)."},
+    )
+    kind = forms.ChoiceField(choices=ProofJob.Kind.choices)
+    profile = forms.ChoiceField(choices=ProofJob.Profile.choices, initial=ProofJob.Profile.TINY)
+    seed = forms.IntegerField(min_value=0, max_value=MAX_SEED, required=False,
+                              help_text="Empty: a random seed per proof")
+    count = forms.IntegerField(min_value=1, max_value=MAX_COUNT, initial=1)
+    priority = forms.ChoiceField(
+        choices=[("", "the kind's default")] + list(ProofJob.Priority.choices), required=False)
+
+    def seeds(self) -> list[int]:
+        seed, count = self.cleaned_data["seed"], self.cleaned_data["count"]
+        if seed is None:
+            return [secrets.randbelow(MAX_SEED + 1) for _ in range(count)]
+        # A fixed seed with a count proves consecutive seeds: reproducible, yet distinct proofs.
+        return [seed + i for i in range(count)]
+
+    def clean(self):
+        cleaned = super().clean()
+        seed, count = cleaned.get("seed"), cleaned.get("count")
+        if seed is not None and count and seed + count - 1 > MAX_SEED:
+            self.add_error("seed", f"seed + count - 1 must stay at most {MAX_SEED}")
+        return cleaned
