@@ -18,7 +18,7 @@ R_MINUS_1 = MODULUS - 1
 @pytest.fixture(scope="module")
 def kernels():
     try:
-        return gpu_host.load()
+        return gpu_driver.PoisoningRunner(gpu_host.load())
     except gpu_host.CompilerUnavailable as exc:
         pytest.skip(str(exc))
 
