@@ -6,7 +6,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cuzk_engine.config import ConfigError, is_loopback, load_config
+from cuzk_engine.config import ConfigError, is_loopback, load_config, parse_listen
 from vastmgr.fleet.models import Event, Machine
 
 LOCAL_NAME = "local"
@@ -36,11 +36,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--config", help="engine TOML file (default: built-in defaults)")
+        parser.add_argument("--listen", help="override daemon.listen, e.g. 127.0.0.1:9821")
+        parser.add_argument("--param-cache", help="override srs.param_cache")
         parser.add_argument("--name", default=LOCAL_NAME, help="Machine name (default: local)")
 
-    def handle(self, *args, config, name, **options):
+    def handle(self, *args, config, listen, param_cache, name, **options):
         try:
             engine_config = load_config(config)
+            if listen:
+                parse_listen(listen)
+                engine_config.daemon.listen = listen
         except (ConfigError, OSError) as exc:
             raise CommandError(f"engine config: {exc}") from exc
         host, port = engine_config.daemon.host, engine_config.daemon.port
@@ -53,6 +58,10 @@ class Command(BaseCommand):
                                "pick another --name")
         self.stdout.write(f"machine {name!r} → engine on 127.0.0.1:{port}")
         sys.stdout.flush()
-        argv = [sys.executable, "-m", "cuzk_engine", "serve"] + (["--config", config] if config else [])
+        argv = [sys.executable, "-m", "cuzk_engine", "serve"]
+        for flag, value in (("--config", config), ("--listen", listen),
+                            ("--param-cache", param_cache)):
+            if value:
+                argv += [flag, value]
         # Replace this process, so signals and the exit code are the engine's own.
         os.execv(sys.executable, argv)

@@ -45,8 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--engine-config", default=os.environ.get("CUZK_CONFIG"),
                             help="TOML file for the local engine (default: $CUZK_CONFIG)")
+        parser.add_argument("--engine-listen", default=os.environ.get("CUZK_LISTEN"),
+                            help="host:port of the local engine (default: its config's "
+                                 "daemon.listen, 127.0.0.1:9821)")
 
-    def processes(self, host: str, port: int, engine_config: str | None = None) -> list[tuple[str, list[str]]]:
+    def processes(self, host: str, port: int, engine_config: str | None = None,
+                  engine_listen: str | None = None) -> list[tuple[str, list[str]]]:
         python = sys.executable
         manage = str(Path(__file__).resolve().parents[4] / "manage.py")
         dashboard = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -55,15 +59,16 @@ class Command(BaseCommand):
                            "vastmgr.asgi:application"]),
             ("controller", [python, manage, "run_fleet", "--dashboard-url", dashboard]),
             ("engine", [python, manage, "run_engine"]
-             + (["--config", engine_config] if engine_config else [])),
+             + (["--config", engine_config] if engine_config else [])
+             + (["--listen", engine_listen] if engine_listen else [])),
         ]
 
-    def handle(self, *args, host, port, engine_config, **options):
+    def handle(self, *args, host, port, engine_config, engine_listen, **options):
         call_command("migrate", interactive=False, verbosity=0)
         ensure_admin(self.stdout)
         children = {
             name: subprocess.Popen(argv, start_new_session=True)
-            for name, argv in self.processes(host, port, engine_config)
+            for name, argv in self.processes(host, port, engine_config, engine_listen)
         }
         self.stdout.write(f"vastmgr is up on http://{host}:{port}/ — Ctrl-C stops everything")
         stopping = False

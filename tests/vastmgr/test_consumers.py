@@ -1,0 +1,122 @@
+"""Consumers: login required, full state on connect with stable fragment ids, then pushes."""
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+
+from tests.vastmgr.live_engine import session_cookie, ws_headers
+from vastmgr.asgi import application
+from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
+from vastmgr.fleet.controller.publish import relay_token
+from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.proofs.models import ProofJob
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SNAPSHOT = {
+    "seq": 7, "version": "t", "accepting": True,
+    "memory": {"total_bytes": 1000, "used_bytes": 700, "available_bytes": 300},
+    "synthesis": {"max_concurrent": 2, "active": 1},
+    "pipelines": [{"job_id": "j1", "request_id": None, "proof_kind": "porep-c2",
+                   "kind": "porep-c2", "profile": "tiny", "priority": "normal",
+                   "status": "running", "error": None, "total_partitions": 2,
+                   "partitions_done": 1,
+                   "partitions": [{"index": 0, "state": "done", "synth_ms": 5, "gpu_ms": 7,
+                                   "finalize_ms": 1},
+                                  {"index": 1, "state": "gpu", "synth_ms": 6, "gpu_ms": None,
+                                   "finalize_ms": None}]}],
+    "gpu_workers": [{"worker_id": 0, "gpu_ordinal": 0, "state": "proving", "current_job": "j1",
+                     "current_partition": 1, "busy_secs": 0.5, "busy_total_secs": 3.0}],
+    "devices": [{"ordinal": 0, "name": "cpu", "backend": "cpu", "workers": [0]}],
+    "allocations": {"srs": [], "pce": []},
+    "counters": {"total_completed": 3, "total_failed": 0, "queue_depth": 0},
+    "buffers": {"synth_in_flight": 0},
+}
+
+
+@database_sync_to_async
+def make_machine(name="gpu-1", snapshot=SNAPSHOT, connected=True):
+    from django.utils import timezone
+
+    machine = Machine.objects.create(name=name, provider="local", host="127.0.0.1",
+                                     last_seen=timezone.now())
+    HostStatus.objects.create(machine=machine, connected=connected, snapshot=snapshot, interval=1)
+    return machine
+
+
+async def connect(path, cookie):
+    ws = WebsocketCommunicator(application, path, headers=ws_headers(cookie))
+    connected, code = await ws.connect()
+    return ws, connected, code
+
+
+@pytest.mark.parametrize("path", ["/ws/fleet/", "/ws/hosts/1/",
+                                  "/ws/proofs/7f1f0e6e-8a51-4b8e-9a65-7b0b2b1a9d11/"])
+async def test_anonymous_sockets_are_closed_with_4403(path):
+    _, connected, code = await connect(path, None)
+    assert not connected and code == CLOSE_FORBIDDEN
+
+
+async def test_fleet_socket_sends_every_host_row_and_totals_on_connect():
+    machine = await make_machine()
+    cookie = await database_sync_to_async(session_cookie)()
+    ws, connected, _ = await connect("/ws/fleet/", cookie)
+    assert connected
+    state = await ws.receive_from(timeout=5)
+    assert 'id="fleet-rows"' in state and 'id="fleet-totals"' in state
+    assert f'id="host-{machine.pk}-row"' in state
+    assert "badge-live" in state and "1</b> busy" in state
+    await ws.disconnect()
+
+
+async def test_host_socket_sends_the_engine_panel_then_relays_pushes():
+    machine = await make_machine()
+    cookie = await database_sync_to_async(session_cookie)()
+    ws, connected, _ = await connect(f"/ws/hosts/{machine.pk}/", cookie)
+    assert connected
+    state = await ws.receive_from(timeout=5)
+    assert f'id="host-{machine.pk}-panel"' in state and f'id="host-{machine.pk}-charts"' in state
+    assert 'class="cell phase-gpu"' in state and 'class="cell phase-done"' in state
+    assert "70.0%" in state  # memory used of budget
+    await get_channel_layer().group_send(f"host.{machine.pk}",
+                                         {"type": "fragment", "html": "<p id='x'>new</p>"})
+    assert await ws.receive_from(timeout=2) == "<p id='x'>new</p>"
+    await ws.send_to(text_data='{"type": "request_current_state"}')
+    assert f'id="host-{machine.pk}-panel"' in await ws.receive_from(timeout=5)
+    await ws.disconnect()
+
+
+async def test_unknown_host_or_proof_is_closed_with_4404():
+    cookie = await database_sync_to_async(session_cookie)()
+    _, connected, code = await connect("/ws/hosts/999/", cookie)
+    assert not connected and code == CLOSE_NOT_FOUND
+    _, connected, code = await connect("/ws/proofs/7f1f0e6e-8a51-4b8e-9a65-7b0b2b1a9d11/", cookie)
+    assert not connected and code == CLOSE_NOT_FOUND
+
+
+async def test_proof_socket_sends_the_proof_panel():
+    job = await database_sync_to_async(ProofJob.objects.create)(kind="winning-post", seed=3)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws, connected, _ = await connect(f"/ws/proofs/{job.pk}/", cookie)
+    assert connected
+    state = await ws.receive_from(timeout=5)
+    assert f'id="proof-{job.pk}"' in state and "queued" in state
+    await ws.disconnect()
+
+
+async def test_relay_needs_the_token_and_forwards_batches_to_groups():
+    ws, connected, code = await connect("/ws/relay/", None)
+    assert not connected and code == CLOSE_FORBIDDEN
+    cookie = await database_sync_to_async(session_cookie)()
+    viewer, connected, _ = await connect("/ws/fleet/", cookie)
+    await viewer.receive_from(timeout=5)
+    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+        (b"origin", b"http://127.0.0.1"),
+        (b"authorization", f"Bearer {relay_token()}".encode())])
+    connected, _ = await relay.connect()
+    assert connected
+    await relay.send_to(text_data='{"messages": [["fleet", "<tr id=\\"host-1-row\\"></tr>"]]}')
+    assert await viewer.receive_from(timeout=2) == '<tr id="host-1-row"></tr>'
+    await relay.disconnect()
+    await viewer.disconnect()

@@ -1,0 +1,104 @@
+"""The fleet controller against a real engine on loopback: live → stale → offline, with the
+controller's clock in the test's hands, and the rendered fragments it pushes."""
+
+import asyncio
+
+import aiohttp
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from tests.vastmgr.live_engine import (  # noqa: F401  (fixtures)
+    FakeClock,
+    engine,
+    param_cache,
+    session_cookie,
+    wait_until,
+    ws_headers,
+)
+from vastmgr.asgi import application
+from vastmgr.fleet.controller.publish import LayerPublisher
+from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.models import HostStatus, Machine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def next_row(ws, machine_id):
+    """The next pushed fleet message that carries this host's row."""
+    while True:
+        message = await ws.receive_from(timeout=10)
+        if f'id="host-{machine_id}-row"' in message:
+            return message
+
+
+async def test_host_goes_live_then_stale_then_offline(engine):
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
+    clock = FakeClock()
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    assert "badge-offline" in await ws.receive_from(timeout=5)  # never seen yet
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        await wait_until(lambda: controller.hosts[machine.pk].connected)
+        await controller.tick()
+        row = await next_row(ws, machine.pk)
+        assert "badge-live" in row and "2 workers" in row
+        status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
+        assert status.connected and status.snapshot["gpu_workers"]
+
+        # Nothing arrives for more than 3 intervals (by the controller's clock): stale, and
+        # the row says how long ago the host was last seen.
+        clock.advance(3.5)
+        await controller.tick()
+        row = await next_row(ws, machine.pk)
+        assert "badge-stale" in row and "last seen 3 s ago" in row
+
+        # The engine dies: the connection is down, so the host is offline.
+        engine.kill()
+        await wait_until(lambda: not controller.hosts[machine.pk].connected)
+        await controller.tick()
+        row = await next_row(ws, machine.pk)
+        assert "badge-offline" in row
+        status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
+        assert not status.connected and status.error
+
+        # It comes back on the same port: live again without anyone touching the controller.
+        engine.start()
+        await wait_until(lambda: controller.hosts[machine.pk].connected, timeout=30)
+        await controller.tick()
+        assert "badge-live" in await next_row(ws, machine.pk)
+    finally:
+        await controller.shutdown()
+        await ws.disconnect()
+
+
+async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine):
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
+    controller = FleetController(publisher=LayerPublisher(), interval=1.0)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    await ws.receive_from(timeout=5)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        await wait_until(lambda: controller.hosts[machine.pk].connected)
+        controller.watchers[machine.pk].cancel()  # from here on, only the test feeds snapshots
+        for seq in range(5):  # five snapshots land between two ticks
+            controller.hosts[machine.pk].accept({**controller.hosts[machine.pk].snapshot,
+                                                 "seq": 10_000 + seq}, "stream", controller.clock())
+        await controller.tick()
+        assert f'id="host-{machine.pk}-row"' in await ws.receive_from(timeout=5)
+        assert await ws.receive_nothing(timeout=0.3)
+        await controller.tick()  # nothing changed: nothing is sent
+        assert await ws.receive_nothing(timeout=0.3)
+    finally:
+        await controller.shutdown()
+        await ws.disconnect()
+        await asyncio.sleep(0)
