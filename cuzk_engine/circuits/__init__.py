@@ -125,8 +125,10 @@ def working_set_bytes(kind: str, profile: str) -> int:
     return BYTES * (constraint_count(kind, profile) + 3 * domain_size(kind, profile))
 
 
-def build(kind: str, profile: str, seed: int, partition: int) -> ConstraintSystem:
-    """Synthesize one partition into a sealed constraint system (witness included)."""
+def build(kind: str, profile: str, seed: int, partition: int,
+          matrices: bool = True) -> ConstraintSystem:
+    """Synthesize one partition into a sealed constraint system (witness included); with
+    matrices=False only values are kept (what the prover needs, several times faster)."""
     check_kind_profile(kind, profile)
     check_seed(seed)
     count = PARTITIONS[kind]
@@ -134,7 +136,7 @@ def build(kind: str, profile: str, seed: int, partition: int) -> ConstraintSyste
             0 <= partition < count):
         raise InvalidRequest(
             f"partition {partition!r} is out of range: {kind} has {count} partition(s)")
-    cs = ConstraintSystem()
+    cs = ConstraintSystem(matrices=matrices)
     _SYNTHESIZERS[kind](cs, SHAPES[kind][profile], (kind, profile, seed), partition)
     cs.seal()
     return cs

@@ -11,6 +11,7 @@ Public inputs, in order: comm_r, replica_id, the challenge indices, the parent i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cuzk_engine.circuits.common import derive, derive_index, enforce_inclusion, index_bits
 from cuzk_engine.gadgets import alloc, alloc_input
@@ -38,6 +39,7 @@ class PorepShape:
         return 2 + self.challenges * (1 + self.parents) + 1
 
 
+@lru_cache(maxsize=4)  # the partitions of one request share the sector
 def _sector(shape: PorepShape, labels: tuple):
     half = 1 << (shape.depth - 1)
     replica_id = derive(*labels, "replica-id")

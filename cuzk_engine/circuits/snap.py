@@ -10,6 +10,7 @@ index, rho.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cuzk_engine.circuits.common import derive, derive_index, enforce_inclusion, index_bits
 from cuzk_engine.field import MODULUS
@@ -35,6 +36,7 @@ class SnapShape:
         return 3 + self.challenges + 2
 
 
+@lru_cache(maxsize=4)  # the partitions of one request share the sector
 def _sector(shape: SnapShape, labels: tuple):
     """All partitions' challenges and the three trees over the sector they touch."""
     size = 1 << shape.depth
@@ -66,7 +68,8 @@ def synthesize_snap(cs: ConstraintSystem, shape: SnapShape, labels: tuple, parti
         data = alloc(cs, data_tree.leaf(index))
         new = alloc(cs, new_tree.leaf(index))
         cs.label(f"challenge {k}: encoding new = old + data * rho")
-        cs.enforce(data.lc, rho.lc, linear([(1, new), (-1, old)]).lc)
+        delta = linear([(1, new), (-1, old)])
+        cs.enforce(data.lc, rho.lc, delta.lc, (data.value, rho.value, delta.value))
         enforce_inclusion(cs, old_tree, index, old, bits, comm_r_old)
         enforce_inclusion(cs, data_tree, index, data, bits, comm_d)
         enforce_inclusion(cs, new_tree, index, new, bits, comm_r_new)

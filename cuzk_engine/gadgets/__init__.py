@@ -2,7 +2,9 @@
 
 A `Num` is a field element known to the circuit as a linear combination, carried with its
 witness value, so gadgets compute the witness and the constraints in one pass. Linear steps
-(additions, constant multiples) cost no constraints; only products do.
+(additions, constant multiples) cost no constraints; only products do. In a values-only
+system (`ConstraintSystem(matrices=False)`, the prover's) `lc` is None and only values flow;
+every decision about the circuit's shape must therefore depend on structure, never on an lc.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from cuzk_engine.r1cs import LC, ONE, ConstraintSystem
 
 @dataclass(slots=True)
 class Num:
-    lc: LC
+    lc: LC | None
     value: int
+
+
+ZERO_LC: LC = {}
 
 
 def constant(value: int) -> Num:
@@ -26,19 +31,22 @@ def constant(value: int) -> Num:
 
 
 def alloc(cs: ConstraintSystem, value: int) -> Num:
-    return Num({cs.alloc(value): 1}, value % MODULUS)
+    var = cs.alloc(value)
+    return Num({var: 1} if cs.matrices else None, value % MODULUS)
 
 
 def alloc_input(cs: ConstraintSystem, value: int) -> Num:
-    return Num({cs.alloc_input(value): 1}, value % MODULUS)
+    var = cs.alloc_input(value)
+    return Num({var: 1} if cs.matrices else None, value % MODULUS)
 
 
 def linear(terms: Sequence[tuple[int, Num]], const: int = 0) -> Num:
     """sum coeff_i * x_i + const, with no constraint."""
+    value = const + sum(coeff * x.value for coeff, x in terms)
+    if any(x.lc is None for _, x in terms):
+        return Num(None, value % MODULUS)
     lc: LC = {ONE: const % MODULUS} if const % MODULUS else {}
-    value = const
     for coeff, x in terms:
-        value += coeff * x.value
         for var, k in x.lc.items():
             lc[var] = (lc.get(var, 0) + coeff * k) % MODULUS
     return Num({v: k for v, k in lc.items() if k}, value % MODULUS)
@@ -54,29 +62,29 @@ def sub(x: Num, y: Num) -> Num:
 
 def mul(cs: ConstraintSystem, x: Num, y: Num) -> Num:
     z = alloc(cs, x.value * y.value)
-    cs.enforce(x.lc, y.lc, z.lc)
+    cs.enforce(x.lc, y.lc, z.lc, (x.value, y.value, z.value))
     return z
 
 
-def compact(cs: ConstraintSystem, x: Num, max_terms: int) -> Num:
-    """Replace a long combination by one fresh variable (one constraint), so that combinations
+def compact(cs: ConstraintSystem, x: Num) -> Num:
+    """Replace a combination by one fresh variable (one constraint), so that combinations
     folded through many linear layers do not grow without bound."""
-    if len(x.lc) <= max_terms:
-        return x
     z = alloc(cs, x.value)
-    cs.enforce(x.lc, {ONE: 1}, z.lc)
+    cs.enforce(x.lc, {ONE: 1}, z.lc, (x.value, 1, z.value))
     return z
 
 
 def enforce_equal(cs: ConstraintSystem, x: Num, y: Num) -> None:
-    cs.enforce(sub(x, y).lc, {ONE: 1}, {})
+    d = sub(x, y)
+    cs.enforce(d.lc, {ONE: 1}, ZERO_LC, (d.value, 1, 0))
 
 
 def alloc_bit(cs: ConstraintSystem, bit: int) -> Num:
     if bit not in (0, 1):
         raise ValueError(f"bit must be 0 or 1, got {bit}")
     b = alloc(cs, bit)
-    cs.enforce(b.lc, sub(constant(1), b).lc, {})  # b * (1 - b) = 0
+    not_b = sub(constant(1), b)
+    cs.enforce(b.lc, not_b.lc, ZERO_LC, (b.value, not_b.value, 0))  # b * (1 - b) = 0
     return b
 
 

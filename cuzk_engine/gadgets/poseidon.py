@@ -16,8 +16,9 @@ partial rounds), multiply by M. The 2-to-1 hash used by Merkle trees is lane 0 o
 permute([0, left, right]) (capacity lane 0 set to zero, as circomlib does).
 
 In-circuit an S-box costs 3 constraints (x^2, x^4, x^5); round constants and the MDS layers are
-folded into linear combinations, so a permutation is 3*(8*3 + 57) = 243 constraints plus a few
-`compact` rows that stop partial-round combinations from growing.
+folded into linear combinations, so a permutation is 3*(8*3 + 57) = 243 constraints plus
+`compact` rows: lanes 1 and 2 are re-allocated after every COMPACT_EVERY-th partial round, which
+stops their combinations from growing by one term per round (2 rows per compaction).
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ FULL_ROUNDS = 8
 PARTIAL_ROUNDS = 57
 ALPHA = 5
 FIELD_BITS = 255
-# partial-round combinations are re-allocated once they exceed this many terms
-MAX_LC_TERMS = 8
+COMPACT_EVERY = 6
 
 
 def _grain_bits():
@@ -93,14 +93,17 @@ def _is_full(round_index: int) -> bool:
 
 def permute(state: list[int]) -> list[int]:
     constants, mds = parameters()
-    s = [v % MODULUS for v in state]
+    m = MODULUS
+    s = [v % m for v in state]
     for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
-        s = [(v + constants[r * WIDTH + i]) % MODULUS for i, v in enumerate(s)]
+        base = r * WIDTH
+        s = [(s[0] + constants[base]) % m, (s[1] + constants[base + 1]) % m,
+             (s[2] + constants[base + 2]) % m]
         if _is_full(r):
-            s = [pow(v, ALPHA, MODULUS) for v in s]
+            s = [pow(v, ALPHA, m) for v in s]
         else:
-            s[0] = pow(s[0], ALPHA, MODULUS)
-        s = [sum(m * v for m, v in zip(row, s)) % MODULUS for row in mds]
+            s[0] = pow(s[0], ALPHA, m)
+        s = [(row[0] * s[0] + row[1] * s[1] + row[2] * s[2]) % m for row in mds]
     return s
 
 
@@ -123,6 +126,8 @@ def _sbox(cs: ConstraintSystem, x: Num) -> Num:
 
 
 def permute_gadget(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
+    if not cs.matrices:
+        return _permute_values_only(cs, state)
     constants, mds = parameters()
     s = list(state)
     for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
@@ -131,9 +136,47 @@ def permute_gadget(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
             s = [_sbox(cs, v) for v in s]
         else:
             s[0] = _sbox(cs, s[0])
-            s[1:] = [compact(cs, v, MAX_LC_TERMS) for v in s[1:]]
+            partial_index = r - FULL_ROUNDS // 2
+            if partial_index % COMPACT_EVERY == COMPACT_EVERY - 1:
+                s[1:] = [compact(cs, v) for v in s[1:]]
         s = [linear(list(zip(row, s))) for row in mds]
     return s
+
+
+def _permute_values_only(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
+    """permute_gadget for a values-only system: the same variables and rows in the same order
+    (tests compare both modes row by row), without building any linear combination."""
+    constants, mds = parameters()
+    alloc, enforce = cs.alloc, cs.enforce
+    m = MODULUS
+
+    def sbox(x: int) -> int:
+        x2 = x * x % m
+        x4 = x2 * x2 % m
+        x5 = x4 * x % m
+        alloc(x2)
+        enforce(None, None, None, (x, x, x2))
+        alloc(x4)
+        enforce(None, None, None, (x2, x2, x4))
+        alloc(x5)
+        enforce(None, None, None, (x4, x, x5))
+        return x5
+
+    s = [x.value for x in state]
+    for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
+        base = r * WIDTH
+        s = [(s[0] + constants[base]) % m, (s[1] + constants[base + 1]) % m,
+             (s[2] + constants[base + 2]) % m]
+        if _is_full(r):
+            s = [sbox(s[0]), sbox(s[1]), sbox(s[2])]
+        else:
+            s[0] = sbox(s[0])
+            if (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
+                for v in s[1:]:
+                    alloc(v)
+                    enforce(None, None, None, (v, 1, v))
+        s = [(row[0] * s[0] + row[1] * s[1] + row[2] * s[2]) % m for row in mds]
+    return [Num(None, v) for v in s]
 
 
 def hash2_gadget(cs: ConstraintSystem, left: Num, right: Num) -> Num:

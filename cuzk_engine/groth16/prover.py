@@ -12,16 +12,17 @@ With witness w, QAP polynomials u_i, v_i, w_i and quotient h:
 from __future__ import annotations
 
 import secrets
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from cuzk_engine import circuits
+from cuzk_engine import circuits, native
 from cuzk_engine.backend import Backend, select_backend
-from cuzk_engine.curve import G1Point, G2Point, msm_g2, scalar, scalars_from_le_bytes
+from cuzk_engine.curve import G1Point, msm_g2, scalar, scalars_from_le_bytes
 from cuzk_engine.errors import InvalidRequest
-from cuzk_engine.field import MODULUS, int_to_limbs, ints_to_limbs, limbs_to_bytes
+from cuzk_engine.field import MODULUS, int_to_limbs, ints_to_limbs, limbs_to_bytes, limbs_to_ints
 from cuzk_engine.groth16.keys import Parameters
 from cuzk_engine.poly import Domain
 
@@ -71,17 +72,17 @@ class PendingProof:
 
 
 def synthesize(kind: str, profile: str, seed: int, partition: int) -> Synthesis:
-    import time
-
     start = time.perf_counter()
-    cs = circuits.build(kind, profile, seed, partition)
-    cs.check_satisfied()
+    cs = circuits.build(kind, profile, seed, partition, matrices=False)
     synth = Synthesis(
         circuit_id=circuits.circuit_id(kind, profile), kind=kind, profile=profile, seed=seed,
         partition=partition, public_inputs=cs.public_inputs,
         witness=ints_to_limbs(cs.values), a=ints_to_limbs(cs.a_vals),
         b=ints_to_limbs(cs.b_vals), c=ints_to_limbs(cs.c_vals),
     )
+    lib = native.load()
+    if lib is None or not np.array_equal(lib.mul_vec(synth.a, synth.b), synth.c):
+        cs.raise_unsatisfied(cs.first_unsatisfied())  # names the first failing row
     synth.timings["synthesize_s"] = time.perf_counter() - start
     return synth
 
@@ -121,8 +122,6 @@ def compute_h(backend: Backend, synth: Synthesis, domain: Domain) -> np.ndarray:
     if native is not None:
         quotient = native.abc_quotient(a, b, c, int_to_limbs(z_inv))
     else:
-        from cuzk_engine.field import limbs_to_ints
-
         quotient = ints_to_limbs(
             (x * y - z) * z_inv % MODULUS
             for x, y, z in zip(limbs_to_ints(a), limbs_to_ints(b), limbs_to_ints(c)))
@@ -134,8 +133,6 @@ def compute_h(backend: Backend, synth: Synthesis, domain: Domain) -> np.ndarray:
 
 
 def prove_start(synth: Synthesis, params: Parameters, backend: Backend | None = None) -> PendingProof:
-    import time
-
     _check_shape(synth, params)
     backend = backend or select_backend("auto")
     timings: dict[str, float] = {}
@@ -181,8 +178,6 @@ def _assemble(pending: PendingProof, params: Parameters, b_g2_sum) -> bytes:
 
 
 def prove_finish(pending: PendingProof, params: Parameters) -> bytes:
-    import time
-
     if pending.circuit_id != params.circuit_id:
         raise InvalidRequest(
             f"pending proof is for {pending.circuit_id}, parameters for {params.circuit_id}")
@@ -198,8 +193,6 @@ def prove_finish(pending: PendingProof, params: Parameters) -> bytes:
 def prove(synth: Synthesis, params: Parameters, backend: Backend | None = None) -> bytes:
     """prove_start + prove_finish, with the G2 MSM for B started at once in a second thread
     (it needs only the witness) so it overlaps the NTTs and G1 MSMs."""
-    import time
-
     _check_shape(synth, params)
     with ThreadPoolExecutor(max_workers=1) as pool:
         b_scalars = b"".join(limbs_to_bytes(synth.witness[params.b_indices]))
@@ -215,5 +208,5 @@ def prove(synth: Synthesis, params: Parameters, backend: Backend | None = None) 
     return proof
 
 
-__all__ = ["PROOF_BYTES", "G2Point", "PendingProof", "Synthesis", "prove", "prove_finish",
+__all__ = ["PROOF_BYTES", "PendingProof", "Synthesis", "prove", "prove_finish",
            "prove_start", "synthesize"]

@@ -2,9 +2,14 @@
 
 Variable 0 is the constant ONE; public inputs follow it (they must all be allocated before
 the first private variable, as in bellman's input/aux split) and private ("aux") variables
-come last. A linear combination is a dict {variable: coefficient}. `enforce` evaluates its
-three combinations on the witness as it goes, so the a/b/c vectors the prover needs exist the
-moment synthesis ends and satisfiability is one comparison per constraint.
+come last. A linear combination is a dict {variable: coefficient}. `enforce` records the
+values of its three combinations on the witness as it goes, so the a/b/c vectors the prover
+needs exist the moment synthesis ends.
+
+A system built with `matrices=False` (the prover's mode) keeps only values: callers that know
+the values (the gadgets) pass them and may pass None for the combinations, which is several
+times faster. The setup builds with `matrices=True`, and `check_satisfied` then also checks
+every recorded value against its combination, so the two modes cannot silently disagree.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def lc_scale(x: LC, scale: int) -> LC:
 
 @dataclass
 class ConstraintSystem:
+    matrices: bool = True
     values: list[int] = field(default_factory=lambda: [1])
     num_inputs: int = 1  # ONE plus the public inputs
     a: list[LC] = field(default_factory=list)
@@ -65,7 +71,7 @@ class ConstraintSystem:
 
     @property
     def num_constraints(self) -> int:
-        return len(self.a)
+        return len(self.a_vals)
 
     def alloc_input(self, value: int) -> int:
         if len(self.values) != self.num_inputs:
@@ -88,17 +94,20 @@ class ConstraintSystem:
         self.labels.append(text)
         self._label = len(self.labels) - 1
 
-    def enforce(self, a: LC, b: LC, c: LC) -> None:
-        """a * b = c."""
+    def enforce(self, a: LC | None, b: LC | None, c: LC | None,
+                values: tuple[int, int, int] | None = None) -> None:
+        """a * b = c. `values` are the three combinations' values when the caller knows them."""
         if self._sealed:
             raise RuntimeError("constraint system is sealed")
-        values = self.values
-        self.a.append(a)
-        self.b.append(b)
-        self.c.append(c)
-        self.a_vals.append(sum(k * values[v] for v, k in a.items()) % MODULUS)
-        self.b_vals.append(sum(k * values[v] for v, k in b.items()) % MODULUS)
-        self.c_vals.append(sum(k * values[v] for v, k in c.items()) % MODULUS)
+        if values is None:
+            values = (lc_eval(a, self.values), lc_eval(b, self.values), lc_eval(c, self.values))
+        if self.matrices:
+            self.a.append(a)
+            self.b.append(b)
+            self.c.append(c)
+        self.a_vals.append(values[0] % MODULUS)
+        self.b_vals.append(values[1] % MODULUS)
+        self.c_vals.append(values[2] % MODULUS)
         self.label_of.append(self._label)
 
     def seal(self) -> None:
@@ -123,13 +132,24 @@ class ConstraintSystem:
         return None
 
     def check_satisfied(self) -> None:
-        j = self.first_unsatisfied()
+        if self.matrices:
+            for j, lcs in enumerate(zip(self.a, self.b, self.c)):
+                recorded = (self.a_vals[j], self.b_vals[j], self.c_vals[j])
+                if tuple(lc_eval(lc, self.values) for lc in lcs) != recorded:
+                    raise UnsatisfiedCircuit(
+                        f"constraint {j} ({self.labels[self.label_of[j]]}): its linear "
+                        f"combinations disagree with the values the gadget recorded")
+        self.raise_unsatisfied(self.first_unsatisfied())
+
+    def raise_unsatisfied(self, j: int | None) -> None:
         if j is not None:
             raise UnsatisfiedCircuit(
                 f"constraint {j} ({self.labels[self.label_of[j]]}) is not satisfied: "
                 f"a*b != c with a={self.a_vals[j]}, b={self.b_vals[j]}, c={self.c_vals[j]}")
 
     def density(self) -> tuple[list[bool], list[bool]]:
+        if not self.matrices:
+            raise RuntimeError("density needs a system built with matrices=True")
         """Which variables occur in some A row / some B row. A variable absent from every A
         row has A_i(tau) = 0, so its MSM term can be skipped (bellperson's density)."""
         in_a = [False] * self.num_variables

@@ -114,3 +114,13 @@ def test_contract_constants():
     assert [circuits.partition_count(k, "tiny") for k in circuits.KINDS] == [1, 1, 16, 10]
     assert circuits.working_set_bytes("porep-c2", "medium") > 3 * 32 * 2**16
     assert circuits.MAX_SEED == 2**64 - 1
+
+
+@pytest.mark.parametrize("kind", circuits.KINDS)
+def test_values_only_synthesis_matches_the_matrix_build(kind):
+    """The prover's fast values-only path must produce the exact rows the setup saw."""
+    full = circuits.build(kind, "tiny", 8, 0)
+    full.check_satisfied()
+    fast = circuits.build(kind, "tiny", 8, 0, matrices=False)
+    assert fast.values == full.values
+    assert (fast.a_vals, fast.b_vals, fast.c_vals) == (full.a_vals, full.b_vals, full.c_vals)
