@@ -106,7 +106,7 @@ async def test_proof_socket_sends_the_proof_panel():
 
 
 async def test_relay_needs_the_token_and_forwards_batches_to_groups():
-    ws, connected, code = await connect("/ws/relay/", None)
+    _, connected, code = await connect("/ws/relay/", None)
     assert not connected and code == CLOSE_FORBIDDEN
     cookie = await database_sync_to_async(session_cookie)()
     viewer, connected, _ = await connect("/ws/fleet/", cookie)

@@ -8,20 +8,15 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from tests.vastmgr.live_engine import (  # noqa: F401  (fixtures)
-    FakeClock,
-    engine,
-    param_cache,
-    session_cookie,
-    wait_until,
-    ws_headers,
-)
+from tests.vastmgr import live_engine
+from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.models import HostStatus, Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
+engine, param_cache = live_engine.engine, live_engine.param_cache
 
 
 async def next_row(ws, machine_id):
