@@ -181,6 +181,8 @@ def combine_windows(window_sums: np.ndarray, shape: MsmShape) -> G1Point:
 
 def msm(xp, run: KernelRunner, bases_mont, scalars) -> G1Point:
     n = len(scalars)
+    if len(bases_mont) != n:
+        raise ValueError(f"MSM length mismatch: {len(bases_mont)} points, {n} scalars")
     if n == 0:
         return G1Point.identity()
     if n >= MAX_POINTS:

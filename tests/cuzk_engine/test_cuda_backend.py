@@ -198,3 +198,16 @@ def test_backend_plumbing_rejects_bad_inputs(host_backend):
         host_backend.ntt(random_limbs(6))
     with pytest.raises(ValueError, match=r"\(n, 4\) uint64"):
         host_backend.ntt(np.zeros((8, 4), dtype=np.int64))
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU exit path")
+def test_gpu_check_script_exits_with_a_clear_message_without_a_gpu():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert "no usable GPU" in result.stderr
