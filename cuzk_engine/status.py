@@ -29,6 +29,7 @@ PARTITION_PHASES = (
     "pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed", "cancelled",
 )
 SETTLED_PHASES = frozenset({"done", "failed", "cancelled"})
+_TIMED_PHASES = frozenset({"synthesizing", "gpu", "finalizing"})  # a timer runs in these
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 
@@ -77,8 +78,19 @@ class _Srs(NamedTuple):
 
 class _Job:
     __slots__ = (
-        "job_id", "request_id", "kind", "profile", "circuit_id", "priority", "status", "error",
-        "submitted", "started", "finished", "srs_load_ms", "parts",
+        "circuit_id",
+        "error",
+        "finished",
+        "job_id",
+        "kind",
+        "parts",
+        "priority",
+        "profile",
+        "request_id",
+        "srs_load_ms",
+        "started",
+        "status",
+        "submitted",
     )
 
     def __init__(self, job_id, request_id, kind, profile, circuit_id, priority, n, now):
@@ -116,7 +128,7 @@ class SynthesisSnapshot:
     active: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)  # frozen: unchanged partitions are shared between snapshots
 class PartitionSnapshot:
     index: int
     state: str
@@ -277,6 +289,7 @@ class StatusTracker:
         self._accepting = True
         self._seq = 0
         self._listeners: list[Callable[[], None]] = []
+        self._part_cache: dict[tuple[int, int], tuple[_Part, PartitionSnapshot]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -469,7 +482,7 @@ class StatusTracker:
         """The device step of a pickup ended; the worker is released and the partition moves on
         to finalizing. Returns False if the job ended meanwhile (the partition is cancelled)."""
         with self._lock:
-            worker_id, job_id, index = self._pickups[token]
+            _, job_id, index = self._pickups[token]
             now = self._clock()
             job = self._jobs[job_id]
             alive = job.status not in TERMINAL_STATUSES
@@ -574,10 +587,20 @@ class StatusTracker:
     def _build(self, now, seq, total, used, jobs, workers, counts, done, failed, cancelled,
                queued, srs, accepting) -> EngineSnapshot:
         pipelines = []
+        # Partitions without a running timer render the same every time: reuse their snapshot
+        # objects (records are immutable, so identity means "unchanged").
+        old_cache = self._part_cache
+        cache: dict[tuple[int, int], tuple[_Part, PartitionSnapshot]] = {}
         for (job_id, request_id, kind, profile, cid, prio, status, error, submitted, started,
              srs_ms, parts) in jobs:
-            psnaps = [
-                PartitionSnapshot(
+            psnaps = []
+            for i, p in enumerate(parts):
+                hit = old_cache.get((id(p), i))
+                if hit is not None and hit[0] is p:
+                    cache[(id(p), i)] = hit
+                    psnaps.append(hit[1])
+                    continue
+                ps = PartitionSnapshot(
                     i, p.state,
                     _ms(p.synth_start, p.synth_end, now),
                     _ms(p.gpu_start, p.gpu_end, now),
@@ -587,13 +610,15 @@ class StatusTracker:
                     _offset(submitted, p.fin_start),
                     p.worker_id,
                 )
-                for i, p in enumerate(parts)
-            ]
+                if p.state not in _TIMED_PHASES:
+                    cache[(id(p), i)] = (p, ps)
+                psnaps.append(ps)
             pipelines.append(PipelineSnapshot(
                 job_id, request_id, kind, kind, profile, cid, prio, status, error,
                 round(now - submitted, 3), _ms(submitted, started, now), srs_ms, len(parts),
                 sum(1 for p in parts if p.state == "done"), psnaps,
             ))
+        self._part_cache = cache
         wsnaps = [
             WorkerSnapshot(
                 w.worker_id, w.gpu_ordinal, "idle" if w.token is None else "proving", w.job_id,

@@ -1,0 +1,1 @@
+"""Benchmarks: the pipeline under continuous load, and the StatusTracker's snapshot cost."""
