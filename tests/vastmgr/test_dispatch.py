@@ -1,0 +1,158 @@
+"""Dispatch end to end: the Django view queues a proof, the controller sends it to a real
+engine (tiny profile), and the result lands in the row, re-verified by the dashboard."""
+
+import asyncio
+import contextlib
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tests.vastmgr import live_engine
+from tests.vastmgr.live_engine import wait_until
+from vastmgr.fleet.controller.publish import LayerPublisher
+from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.proofs.models import ProofJob
+
+pytestmark = pytest.mark.django_db(transaction=True)
+engine, param_cache = live_engine.engine, live_engine.param_cache
+
+
+@contextlib.asynccontextmanager
+async def running_controller(**options):
+    controller = FleetController(publisher=LayerPublisher(), tick=0.2, interval=0.5, **options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+    try:
+        yield controller
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def logged_in_client() -> Client:
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("op", password="pw-for-tests-1"))
+    return client
+
+
+@database_sync_to_async
+def post_form(client: Client, **fields):
+    return client.post("/proofs/new/", {"count": 1, "profile": "tiny", "priority": "", **fields})
+
+
+@database_sync_to_async
+def job_row(job_id=None) -> ProofJob:
+    return ProofJob.objects.get(pk=job_id) if job_id else ProofJob.objects.get()
+
+
+async def final(job_id, timeout=90):
+    async def done():
+        job = await job_row(job_id)
+        return job if job.is_final else None
+    return await wait_until(done, timeout=timeout, every=0.25)
+
+
+@database_sync_to_async
+def local_machine(port: int) -> Machine:
+    return Machine.objects.create(name="local", provider="local", host="127.0.0.1",
+                                  engine_port=port)
+
+
+def shown_live(machine):
+    """What the pages see: the controller has written the host's live status."""
+    return database_sync_to_async(
+        lambda: HostStatus.objects.filter(machine=machine, connected=True,
+                                          machine__last_seen__isnull=False).exists())
+
+
+async def test_test_proof_from_the_view_ends_done_and_verified(engine):
+    machine = await local_machine(engine.port)
+    client = await database_sync_to_async(logged_in_client)()
+    async with running_controller():
+        await wait_until(shown_live(machine))
+        response = await post_form(client, machine=machine.pk, kind="winning-post", seed=42)
+        assert response.status_code == 302
+        job = await job_row()
+        assert response["Location"] == f"/proofs/{job.pk}/"
+        job = await final(job.pk)
+    assert job.status == ProofJob.Status.DONE, job.error
+    assert job.verified is True and job.engine_verified is True
+    assert len(bytes(job.proof)) == 192 and job.vk and job.public_inputs
+    assert job.machine_id == machine.pk and job.engine_job_id == str(job.pk)
+    assert job.timings["total_ms"] > 0
+    assert [p["state"] for p in job.progress["partitions"]] == ["done"]
+    # Exactly one proof on the engine: nothing counted twice.
+    assert engine.status()["counters"]["total_completed"] == 1
+    page = await database_sync_to_async(client.get)(f"/proofs/{job.pk}/")
+    assert b"verified" in page.content and b"proof.bin" in page.content
+    download = await database_sync_to_async(client.get)(f"/proofs/{job.pk}/proof.bin")
+    assert download.content == bytes(job.proof)
+
+
+async def test_engine_killed_mid_job_requeues_and_finishes_after_it_is_back(engine):
+    machine = await local_machine(engine.port)
+    async with running_controller(grace=1.0) as controller:
+        await wait_until(lambda: machine.pk in controller.hosts
+                         and controller.hosts[machine.pk].connected)
+        job = await database_sync_to_async(ProofJob.objects.create)(
+            kind="porep-c2", profile="tiny", seed=5, priority="normal")
+        await wait_until(lambda: any(p.get("request_id") == str(job.pk) and p["status"] == "running"
+                                     for p in engine.status()["pipelines"]), timeout=60)
+        engine.kill()
+        requeued = await wait_until(database_sync_to_async(
+            lambda: Event.objects.filter(message__contains=f"{job.pk} re-queued").exists()),
+            timeout=30)
+        assert requeued
+        assert (await job_row(job.pk)).status == ProofJob.Status.QUEUED
+        engine.start()
+        job = await final(job.pk, timeout=180)
+    assert job.status == ProofJob.Status.DONE, job.error
+    assert job.verified is True and len(bytes(job.proof)) == 10 * 192
+    assert engine.status()["counters"]["total_completed"] == 1
+
+
+async def test_a_controller_restart_never_submits_twice(engine):
+    """The previous controller submitted and died before writing `dispatched`: the new one
+    adopts or resubmits with the same request id, and the engine runs the proof once."""
+    machine = await local_machine(engine.port)
+    job = await database_sync_to_async(ProofJob.objects.create)(
+        kind="winning-post", profile="tiny", seed=9, priority="critical")
+    engine.submit(request_id=str(job.pk), kind="winning-post", profile="tiny", seed=9)
+    async with running_controller():
+        job = await final(job.pk)
+    assert job.status == ProofJob.Status.DONE and job.verified
+    assert job.machine_id == machine.pk
+    counters = engine.status()["counters"]
+    assert counters["total_completed"] == 1 and counters["queue_depth"] == 0
+
+
+async def test_rejected_and_impossible_jobs_fail_with_the_reason(engine):
+    machine = await local_machine(engine.port)
+    gone = await database_sync_to_async(Machine.objects.create)(name="old", provider="local",
+                                                                enabled=False)
+    rejected = await database_sync_to_async(ProofJob.objects.create)(
+        kind="winning-post", profile="galactic", seed=1, machine=machine)
+    pinned = await database_sync_to_async(ProofJob.objects.create)(
+        kind="winning-post", profile="tiny", seed=1, machine=gone)
+    async with running_controller():
+        rejected = await final(rejected.pk, timeout=30)
+        pinned = await final(pinned.pk, timeout=30)
+    assert rejected.status == ProofJob.Status.FAILED
+    assert "rejected" in rejected.error and "galactic" in rejected.error
+    assert pinned.status == ProofJob.Status.FAILED and "disabled" in pinned.error
+
+
+async def test_offline_engine_gives_a_failed_job_and_a_clear_message():
+    machine = await local_machine(1)  # nothing listens there: never seen
+    client = await database_sync_to_async(logged_in_client)()
+    response = await database_sync_to_async(client.post)(
+        "/proofs/new/", {"machine": machine.pk, "kind": "winning-post", "profile": "tiny",
+                         "count": 1, "priority": ""}, follow=True)
+    assert response.status_code == 200
+    job = await job_row()
+    assert job.status == ProofJob.Status.FAILED
+    assert "offline" in job.error and machine.name in job.error
+    assert b"Not started: the engine on local is offline" in response.content
