@@ -60,7 +60,7 @@ def parse_size(value: int | str, key: str = "size") -> int:
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
 
 
-def parse_duration(value: int | float | str, key: str = "duration") -> float:
+def parse_duration(value: float | str, key: str = "duration") -> float:
     """Parse ``5m``, ``30s``, ``250ms`` or a number of seconds into seconds."""
     if isinstance(value, bool):
         raise ConfigError(f"{key}: expected a duration like '30s', got {value!r}")
