@@ -17,6 +17,7 @@ urlpatterns = [
     path("fragments/fleet/", fleet_views.fleet_fragment, name="fleet-fragment"),
     path("fragments/hosts/<int:machine_id>/", fleet_views.host_fragment, name="host-fragment"),
     path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
+    path("remote/", include("vastmgr.remote.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]

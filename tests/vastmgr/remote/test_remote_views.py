@@ -1,0 +1,62 @@
+"""Pages: adding a host stores its key encrypted and never shows it; offers; staff-only actions."""
+
+import asyncssh
+import pytest
+from django.contrib.auth.models import User
+
+from vastmgr.fleet.models import Machine
+from vastmgr.remote.models import RemoteHost, Secret
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(client):
+    user = User.objects.create_user("ops", password="pw-123456789", is_staff=True)
+    client.force_login(user)
+    return client
+
+
+def test_adding_a_host_stores_the_key_encrypted_and_never_renders_it(staff):
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    response = staff.post("/remote/hosts/add/", {
+        "name": "gpu-a", "host": "10.1.2.3", "ssh_port": 2222, "ssh_user": "prover",
+        "private_key": key, "key_file": ""})
+    machine = Machine.objects.get(name="gpu-a")
+    assert response.status_code == 302 and machine.provider == Machine.Provider.SSH
+    remote = RemoteHost.objects.get(machine=machine)
+    assert Secret.reveal(remote.ssh_key_secret_name) == key.strip()
+    page = staff.get(f"/remote/machines/{machine.pk}/").content.decode()
+    assert "PRIVATE KEY" not in page and "not pinned yet" in page
+
+
+def test_a_bad_key_is_a_form_error_that_does_not_echo_the_input(staff):
+    response = staff.post("/remote/hosts/add/", {
+        "name": "gpu-b", "host": "h", "ssh_port": 22, "ssh_user": "root",
+        "private_key": "not-a-key-SECRETISH", "key_file": ""})
+    assert response.status_code == 200
+    assert "not a readable unencrypted private key" in response.content.decode()
+    assert "SECRETISH" not in response.content.decode()
+    assert not Machine.objects.filter(name="gpu-b").exists()
+
+
+def test_actions_need_staff(client):
+    machine = Machine.objects.create(name="m", host="h")
+    client.force_login(User.objects.create_user("viewer", password="pw-123456789"))
+    response = client.post(f"/remote/machines/{machine.pk}/destroy/")
+    assert response.status_code == 302 and "/login" in response.url
+    assert Machine.objects.get(pk=machine.pk).state == Machine.State.REGISTERED
+
+
+def test_destroying_an_ssh_host_kills_it(staff):
+    machine = Machine.objects.create(name="m2", host="h")
+    staff.post(f"/remote/machines/{machine.pk}/destroy/")
+    machine.refresh_from_db()
+    assert machine.state == Machine.State.KILLED and machine.kill_reason == "destroyed by ops"
+
+
+def test_the_offers_page_asks_for_a_key_and_stores_it_without_showing_it(staff):
+    assert "not set" in staff.get("/remote/offers/").content.decode()
+    staff.post("/remote/offers/api-key/", {"api_key": "vast-key-abc123"})
+    page = staff.get("/remote/offers/").content.decode()
+    assert "stored (encrypted)" in page and "vast-key-abc123" not in page

@@ -1,0 +1,38 @@
+"""The remote automation loop: reconcile Vast instances and apply lifecycle rules every tick."""
+
+import asyncio
+
+from asgiref.sync import sync_to_async
+from django.core.management.base import BaseCommand
+
+from vastmgr.fleet.models import Event
+from vastmgr.remote import vast
+from vastmgr.remote.lifecycle import Automation
+from vastmgr.remote.models import Secret
+from vastmgr.remote.secrets import SecretUnavailable
+
+
+class Command(BaseCommand):
+    help = "Reconcile provider instances and run lifecycle automation (timeouts, alerts)"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
+        parser.add_argument("--once", action="store_true", help="run one tick and exit")
+
+    def handle(self, *args, interval: float, once: bool, **options):
+        asyncio.run(self.loop(interval, once))
+
+    async def loop(self, interval: float, once: bool) -> None:
+        while True:
+            client = None
+            if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
+                try:
+                    client = await sync_to_async(vast.VastClient.from_settings)()
+                    await vast.reconcile(client)
+                except (vast.VastError, SecretUnavailable) as exc:
+                    await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
+                                                      level=Event.Level.ERROR)
+            await Automation(vast_client=client).tick()
+            if once:
+                return
+            await asyncio.sleep(interval)

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from . import views
+
+app_name = "remote"
+
+urlpatterns = [
+    path("hosts/add/", views.add_host, name="add_host"),
+    path("machines/<int:pk>/", views.machine_detail, name="machine"),
+    path("machines/<int:pk>/events/", views.machine_events, name="machine_events"),
+    path("machines/<int:pk>/log/", views.machine_log, name="machine_log"),
+    path("machines/<int:pk>/<slug:action>/", views.machine_action, name="machine_action"),
+    path("offers/", views.offers, name="offers"),
+    path("offers/api-key/", views.set_api_key, name="set_api_key"),
+    path("offers/<int:offer_id>/rent/", views.rent_offer, name="rent"),
+]

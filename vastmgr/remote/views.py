@@ -1,0 +1,156 @@
+from asgiref.sync import async_to_sync
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.db import transaction
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from vastmgr.fleet.models import Event, Machine
+
+from . import background, vast
+from .forms import AddHostForm, ApiKeyForm, OfferSearchForm
+from .models import RemoteHost, Secret
+from .provision import Provisioner
+from .secrets import SecretUnavailable
+from .ssh import SSHError
+
+
+@staff_member_required
+def add_host(request):
+    form = AddHostForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        with transaction.atomic():
+            machine = Machine.objects.create(
+                name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
+                ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
+                price_per_hour=data["price_per_hour"])
+            remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
+                                               billing_started=machine.created)
+            if data["private_key"].strip():
+                Secret.store(remote.ssh_key_secret_name, data["private_key"])
+            Event.record("remote", f"{machine.name}: SSH host added by "
+                                   f"{request.user.get_username()}", machine=machine)
+        return redirect("remote:machine", machine.pk)
+    return render(request, "remote/add_host.html", {"form": form})
+
+
+def machine_detail(request, pk):
+    machine = get_object_or_404(Machine, pk=pk)
+    remote = RemoteHost.for_machine(machine)
+    return render(request, "remote/machine.html", {
+        "machine": machine, "remote": remote, "spent": remote.spent(),
+        "events": machine.events.all()[:100],
+    })
+
+
+def machine_events(request, pk):
+    machine = get_object_or_404(Machine, pk=pk)
+    return render(request, "remote/_events.html", {"events": machine.events.all()[:100]})
+
+
+def machine_log(request, pk):
+    machine = get_object_or_404(Machine, pk=pk)
+    try:
+        text = async_to_sync(_log_tail)(machine.pk)
+    except (SSHError, SecretUnavailable) as exc:
+        text = f"log unavailable: {exc}"
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+async def _log_tail(machine_id: int) -> str:
+    provisioner = Provisioner(machine_id)
+    try:
+        return await provisioner.log_tail(200)
+    finally:
+        await provisioner.link.close()
+
+
+ACTIONS = {"provision", "stop", "restart", "upgrade"}
+
+
+@staff_member_required
+@require_POST
+def machine_action(request, pk, action):
+    machine = get_object_or_404(Machine, pk=pk)
+    user = request.user.get_username()
+    if action == "clear-host-key":
+        machine.ssh_host_key = ""
+        machine.save(update_fields=["ssh_host_key", "updated"])
+        Event.record("ssh_host_key", f"{machine.name}: pinned host key cleared by {user}",
+                     machine=machine, level=Event.Level.WARNING)
+    elif action == "destroy":
+        try:
+            _destroy(machine, f"destroyed by {user}")
+        except (vast.VastError, SecretUnavailable) as exc:
+            messages.error(request, str(exc))
+    elif action in ACTIONS:
+        Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
+
+        async def run():
+            provisioner = Provisioner(machine.pk)
+            try:
+                await getattr(provisioner, action)()
+            finally:
+                await provisioner.link.close()
+        background.launch(f"{action} {machine.name}", run, machine=machine)
+        messages.info(request, f"{action} started; progress appears in the events below")
+    else:
+        messages.error(request, f"unknown action {action!r}")
+    return redirect("remote:machine", machine.pk)
+
+
+def _destroy(machine: Machine, reason: str) -> None:
+    if machine.provider == Machine.Provider.VAST:
+        async_to_sync(vast.destroy)(vast.VastClient.from_settings(), machine, reason)
+    elif machine.state != Machine.State.KILLED:
+        vast.end_billing(machine)
+        machine.kill(reason)
+
+
+def offers(request):
+    key_form = ApiKeyForm()
+    search = OfferSearchForm(request.GET or None)
+    results, error = [], ""
+    if search.is_bound and search.is_valid():
+        try:
+            client = vast.VastClient.from_settings()
+            found = async_to_sync(client.search_offers)(vast.OfferFilter(**{
+                k: v for k, v in search.cleaned_data.items() if v not in (None, "")}))
+            results = vast.annotate_offers(found)
+        except (vast.VastError, SecretUnavailable) as exc:
+            error = str(exc)
+    return render(request, "remote/offers.html", {
+        "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
+        "search": search, "offers": results, "error": error,
+    })
+
+
+@staff_member_required
+@require_POST
+def set_api_key(request):
+    form = ApiKeyForm(request.POST)
+    if form.is_valid():
+        Secret.store(Secret.VAST_API_KEY, form.cleaned_data["api_key"])
+        Event.record("vast", f"Vast API key replaced by {request.user.get_username()}")
+        messages.info(request, "API key stored (encrypted); it will not be shown again")
+    else:
+        messages.error(request, "the API key is empty")
+    return redirect("remote:offers")
+
+
+@staff_member_required
+@require_POST
+def rent_offer(request, offer_id):
+    try:
+        client = vast.VastClient.from_settings()
+        offer = next((o for o in async_to_sync(client.search_offers)(vast.OfferFilter(limit=200))
+                      if int(o["id"]) == offer_id), None)
+        if offer is None:
+            raise vast.VastError(f"offer {offer_id} is no longer available")
+        machine = async_to_sync(vast.rent)(client, vast.RentRequest.from_offer(offer))
+    except (vast.VastError, SecretUnavailable) as exc:
+        messages.error(request, str(exc))
+        return redirect("remote:offers")
+    return redirect("remote:machine", machine.pk)
