@@ -188,6 +188,7 @@ def write_parameter_files(param_cache: Path, header: ParamsHeader, body: bytes,
                     f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the cache from other users
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
