@@ -1,0 +1,166 @@
+"""`manage.py bench_fanout`: simulated engines → fleet controller → daphne → viewers.
+
+Measures, per pushed fleet row, the time from the snapshot's seq leaving the load generator to
+the row carrying that seq arriving at a viewer's websocket, the CPU of every process, and how
+many hosts' final states never reached every viewer (must be 0).
+"""
+
+import asyncio
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+from django.contrib.auth import get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.management.base import BaseCommand, CommandError
+
+from vastmgr.fleet.controller.loadgen import LoadGenerator
+from vastmgr.fleet.models import Machine
+
+ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
+SETTLE_SECONDS = 5.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
+
+
+class Command(BaseCommand):
+    help = "Fan-out benchmark: p50/p99 engine→browser latency, CPU per process, states lost."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--hosts", type=int, default=100)
+        parser.add_argument("--viewers", type=int, default=20)
+        parser.add_argument("--rate", type=float, default=2.0, help="snapshots/s per host")
+        parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+
+    def handle(self, *args, hosts, viewers, rate, duration, **options):
+        if min(hosts, viewers) < 1 or rate <= 0 or duration <= 0:
+            raise CommandError("--hosts and --viewers must be >= 1; --rate and --duration > 0")
+        asyncio.run(self.bench(hosts, viewers, rate, duration))
+
+    async def bench(self, hosts, viewers, rate, duration):
+        loadgen = LoadGenerator(hosts, rate)
+        loadgen.running = False  # quiet until everyone is connected
+        await loadgen.start()
+        machines = await asyncio.to_thread(self.register, loadgen.ports)
+        ids = [m.pk for m in machines]
+        cookie = await asyncio.to_thread(self.session_cookie)
+        port = free_port()
+        python, manage = sys.executable, str(Path(__file__).resolve().parents[4] / "manage.py")
+        daphne = await asyncio.to_thread(
+            subprocess.Popen, [python, "-m", "daphne", "-p", str(port), "vastmgr.asgi:application"],
+            stderr=subprocess.DEVNULL)
+        controller = await asyncio.to_thread(
+            subprocess.Popen, [python, manage, "run_fleet", "--dashboard-url",
+                               f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL)
+        latencies: list[float] = []
+        last_seq = [{} for _ in range(viewers)]
+        index = {machine_id: i for i, machine_id in enumerate(ids)}
+        try:
+            async with aiohttp.ClientSession() as session:
+                sockets = await self.connect_viewers(session, port, cookie, viewers)
+                readers = [asyncio.create_task(self.read(ws, loadgen, index, latencies, last_seq[v]))
+                           for v, ws in enumerate(sockets)]
+                await self.wait_connected(loadgen, ids)
+                cpu_start = {name: cpu_seconds(p.pid) for name, p in
+                             (("daphne", daphne), ("controller", controller))}
+                own_start, wall_start = time.process_time(), time.monotonic()
+                loadgen.running = True
+                await asyncio.sleep(duration)
+                loadgen.running = False
+                await asyncio.sleep(SETTLE_SECONDS)
+                wall = time.monotonic() - wall_start
+                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in
+                       (("daphne", daphne), ("controller", controller))}
+                cpu["loadgen+viewers"] = (time.process_time() - own_start) / wall
+                for task in readers:
+                    task.cancel()
+                for ws in sockets:
+                    await ws.close()
+        finally:
+            for proc in (controller, daphne):
+                proc.terminate()
+                proc.wait(15)
+            await loadgen.stop()
+            await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
+        lost = sum(1 for seen in last_seq for machine_id, i in index.items()
+                   if seen.get(machine_id) != loadgen.seq[i])
+        self.report(hosts, viewers, rate, latencies, cpu, lost, loadgen)
+
+    def register(self, ports):
+        return [Machine.objects.create(name=f"loadgen-{i}-{port}", provider="local",
+                                       host="127.0.0.1", engine_port=port)
+                for i, port in enumerate(ports)]
+
+    def session_cookie(self):
+        user, _ = get_user_model().objects.get_or_create(username="bench-fanout")
+        session = SessionStore()
+        session["_auth_user_id"] = str(user.pk)
+        session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+        session["_auth_user_hash"] = user.get_session_auth_hash()
+        session.create()
+        return session.session_key
+
+    async def connect_viewers(self, session, port, cookie, viewers):
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return [await session.ws_connect(
+                    f"ws://127.0.0.1:{port}/ws/fleet/",
+                    headers={"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={cookie}"})
+                    for _ in range(viewers)]
+            except aiohttp.ClientError:
+                if time.monotonic() > deadline:
+                    raise CommandError("daphne did not accept websockets within 60 s") from None
+                await asyncio.sleep(0.3)
+
+    async def wait_connected(self, loadgen, ids):
+        from vastmgr.fleet.models import HostStatus
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            live = await asyncio.to_thread(
+                lambda: HostStatus.objects.filter(machine_id__in=ids, connected=True).count())
+            if live == len(ids):
+                return
+            await asyncio.sleep(0.5)
+        raise CommandError("the controller did not connect to every simulated engine in 60 s")
+
+    async def read(self, ws, loadgen, index, latencies, last_seq):
+        async for message in ws:
+            now = time.time()
+            for machine_id, seq in ROW.findall(message.data):
+                machine_id, seq = int(machine_id), int(seq)
+                i = index.get(machine_id)
+                if i is None:
+                    continue
+                last_seq[machine_id] = seq
+                sent = loadgen.sent_at[i].get(seq)
+                if sent is not None:
+                    latencies.append(now - sent)
+
+    def report(self, hosts, viewers, rate, latencies, cpu, lost, loadgen):
+        sent = sum(loadgen.seq)
+        self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s: "
+                          f"{sent} snapshots sent, {len(latencies)} row deliveries measured")
+        if latencies:
+            ordered = sorted(latencies)
+            p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+            self.stdout.write(f"latency engine→browser: p50 {statistics.median(ordered) * 1000:.0f} ms"
+                              f", p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
+        for name, share in cpu.items():
+            self.stdout.write(f"cpu {name}: {share * 100:.0f}% of one core")
+        self.stdout.write(f"final states lost: {lost}")
