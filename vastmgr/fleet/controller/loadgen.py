@@ -85,6 +85,9 @@ class LoadGenerator:
                 if self.running:  # quiet (but connected) before and after the measured run
                     self.seq[host] += 1
                     self.sent_at[host][self.seq[host]] = time.time()
-                    await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
+                    try:
+                        await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
+                    except ConnectionResetError:
+                        break
             return ws
         return handler

@@ -140,10 +140,9 @@ class FleetController:
             HostStatus.objects.bulk_update(
                 statuses.values(), ["connected", "via", "interval", "seq", "snapshot", "error",
                                     "updated"])
-            for machine_id in changed:
-                seen = self.hosts[machine_id].last_seen
-                if seen is not None:
-                    Machine.objects.filter(pk=machine_id).update(last_seen=jobs.seen_at(seen))
+            seen = [Machine(pk=machine_id, last_seen=jobs.seen_at(self.hosts[machine_id].last_seen))
+                    for machine_id in changed if self.hosts[machine_id].last_seen is not None]
+            Machine.objects.bulk_update(seen, ["last_seen"])
         hosts = fragments.load_hosts(now)
         by_id = {h.machine.pk: h for h in hosts}
         messages = []
