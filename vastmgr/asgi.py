@@ -4,16 +4,16 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vastmgr.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 # Django must be set up before anything imports models (the routing below does).
 django_http = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
 
-from vastmgr.routing import websocket_urlpatterns  # noqa: E402
+from vastmgr.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter(
     {
