@@ -1,4 +1,4 @@
-"""The shipped example configuration stays loadable and says what the defaults are."""
+"""What the docs show stays true: the example configuration and the README circuits table."""
 
 from cuzk_engine.config import DEFAULT_PRIORITIES, EngineConfig, load_config
 
@@ -12,3 +12,12 @@ def test_example_config_loads_and_matches_the_defaults(repo):
     assert example.memory.eviction_min_idle == defaults.memory.eviction_min_idle
     assert example.status.retention == defaults.status.retention
     assert example.priorities == DEFAULT_PRIORITIES
+
+
+def test_readme_circuits_table_is_the_commands_output(repo, python):
+    import subprocess
+
+    table = subprocess.run([python, "-m", "cuzk_engine", "circuits"], cwd=repo, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    assert table.count("\n") == 17  # header, rule, 16 circuits
+    assert table in (repo / "README.md").read_text()
