@@ -1,5 +1,7 @@
 """What the docs show stays true: the example configuration and the README circuits table."""
 
+import subprocess
+
 from cuzk_engine.config import DEFAULT_PRIORITIES, EngineConfig, load_config
 
 
@@ -15,8 +17,6 @@ def test_example_config_loads_and_matches_the_defaults(repo):
 
 
 def test_readme_circuits_table_is_the_commands_output(repo, python):
-    import subprocess
-
     table = subprocess.run([python, "-m", "cuzk_engine", "circuits"], cwd=repo, check=True,
                            capture_output=True, text=True).stdout.strip()
     assert table.count("\n") == 17  # header, rule, 16 circuits
