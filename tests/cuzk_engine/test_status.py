@@ -1,6 +1,8 @@
 """StatusTracker: the stale-finalizer race, every cuzk §4.2/§4.3 defect, and randomized schedules
 checking the DESIGN.md invariants on every snapshot."""
 
+import dataclasses
+import json
 import random
 
 import pytest
@@ -228,6 +230,75 @@ def test_snapshot_json_keeps_cuzk_names_and_adds_timeline_fields():
     assert d["devices"][0]["description"] == "test cpu device"
 
 
+def _plain(value):
+    """Reference conversion: every dataclass and named tuple to a dict, recursively."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def test_to_json_is_the_whole_snapshot_field_by_field():
+    t = tracker(memory=lambda: (100, 10))
+    t.srs_update("porep-c2.tiny", 50, "loaded", 1)
+    for job, n in (("a", 3), ("b", 1)):
+        t.register_job(job, kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="high", partitions=n)
+    t.job_started("a")
+    ready(t, "a", 0)
+    t.synth_start("a", 1)
+    t.worker_pickup(1, "a", 0)
+    snap = t.snapshot()
+    d = snap.to_json()
+    assert d == _plain(snap)
+    assert json.loads(json.dumps(d)) == d
+    d["counters"]["queue_depth_by_kind"]["x"] = 1  # the JSON is a copy, not a view
+    assert "x" not in snap.counters.queue_depth_by_kind
+
+
+def test_running_timers_advance_while_unchanged_partitions_are_reused():
+    clock = FakeClock()
+    t = tracker(clock=clock)
+    t.register_job("j", kind="snap-update", profile="tiny", circuit_id="snap-update.tiny",
+                   priority="normal", partitions=3)
+    t.job_started("j")
+    ready(t, "j", 0)
+    t.synth_start("j", 1)
+    clock.t += 0.25
+    first = t.snapshot().pipelines[0]
+    clock.t += 0.5
+    second = t.snapshot().pipelines[0]
+    # the running synthesis and the pipeline's age follow the clock ...
+    assert (first.partitions[1].synth_ms, second.partitions[1].synth_ms) == (250.0, 750.0)
+    assert second.started_secs_ago == first.started_secs_ago + 0.5
+    # ... settled and waiting partitions are the same immutable objects
+    assert second.partitions[0] is first.partitions[0]
+    assert second.partitions[2] is first.partitions[2]
+    t.synth_end("j", 1)
+    clock.t += 1.0
+    third = t.snapshot().pipelines[0]
+    assert (third.partitions[1].state, third.partitions[1].synth_ms) == ("synth_done", 750.0)
+
+
+def test_a_job_id_reused_after_retention_is_rendered_from_its_own_state():
+    clock = FakeClock()
+    t = tracker(retention=1.0, clock=clock)
+    for attempt in range(2):
+        t.register_job("r", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="normal", partitions=1)
+        snap = t.snapshot()
+        assert [p.partitions[0].state for p in snap.pipelines] == ["pending"], attempt
+        t.job_cancelled("r")
+        assert t.snapshot().pipelines[0].partitions[0].state == "cancelled"
+        clock.t += 2.0
+        assert t.snapshot().pipelines == []
+
+
 # ---------------------------------------------------------------------- randomized schedules
 
 
@@ -355,6 +426,9 @@ class Model:
         snap = self.t.snapshot()
         self.snapshots += 1
         assert snapshot_violations(snap) == [], snapshot_violations(snap)
+        # what the reuse of rendered partitions shows equals a render from scratch
+        self.t._pipe_cache = {}
+        assert self.t.snapshot().to_json()["pipelines"] == snap.to_json()["pipelines"]
         assert snap.seq >= self.last_seq
         self.last_seq = snap.seq
         c = snap.counters
