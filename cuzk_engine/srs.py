@@ -181,6 +181,12 @@ class SrsManager:
                 total += e.reservation.remaining
         return sum(self._drop(e) for e in victims)
 
+    def resident_bytes(self, circuit_id: str) -> int:
+        """Bytes reserved for a circuit's parameters (0 if they are not resident)."""
+        with self._lock:
+            e = self._entries.get(circuit_id)
+            return e.reservation.remaining if e is not None and e.reservation else 0
+
     def loaded(self) -> list[str]:
         with self._lock:
             return [c for c, e in self._entries.items() if e.params is not None]

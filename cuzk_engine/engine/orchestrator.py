@@ -28,7 +28,7 @@ from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.errors import CuzkError, InvalidRequest
-from cuzk_engine.memory import MemoryBudget, Reservation
+from cuzk_engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
 from cuzk_engine.scheduler import PRIORITY_RANK, JobQueue, PartitionQueue
 from cuzk_engine.srs import SrsManager
 from cuzk_engine.status import StatusTracker, snapshot_violations
@@ -70,6 +70,7 @@ class Job:
     srs_load_ms: float = 0.0
     synthesis_ms: float = 0.0
     gpu_ms: float = 0.0
+    prove_start_ms: float = 0.0  # the part of gpu_ms spent holding the device lock
     finalize_ms: float = 0.0
     proofs: list[bytes | None] = field(default_factory=list)
     public_inputs: list[list[int] | None] = field(default_factory=list)
@@ -424,6 +425,11 @@ class Engine:
             return False
         job.holds_srs = True
         job.srs_load_ms = load_ms
+        try:
+            self._check_job_fits(job)
+        except BudgetExceeded as e:
+            self._fail_all(job, str(e))
+            return False
         job.vk = job.params.vk.to_json() if hasattr(job.params.vk, "to_json") else None
         self.tracker.srs_loaded_for(job.job_id, load_ms)
         if job.terminal:  # cancelled while its parameters loaded
@@ -436,6 +442,16 @@ class Engine:
                                        job_seq=job.seq, partition=i)
             self._wake_synth.set()
         return True
+
+    def _check_job_fits(self, job: Job) -> None:
+        """A job's parameters stay reserved while its partitions run, so it needs both at once:
+        if they can never fit together it would wait forever, so it fails now instead."""
+        params = self.srs.resident_bytes(job.circuit_id)
+        working = self.stages.working_set_bytes(job.kind, job.profile)
+        self.budget.check_fits(
+            params + working,
+            f"{job.circuit_id} (parameters {format_bytes(params)} plus one partition's working "
+            f"set {format_bytes(working)})")
 
     def _fail_all(self, job: Job, reason: str) -> None:
         self.tracker.job_failed(job.job_id, reason)
@@ -532,6 +548,7 @@ class Engine:
                                            f"{type(e).__name__}: {e}", token)
                 continue
             job.gpu_ms += start_ms + finish_ms
+            job.prove_start_ms += start_ms
             if split:
                 # the a/b/c evaluations are consumed: keep only what the pending proof holds
                 item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
@@ -618,6 +635,7 @@ class Engine:
                                                f"{type(e).__name__}: {e}", token)
                     continue
                 job.gpu_ms += start_ms + finish_ms
+                job.prove_start_ms += start_ms
                 item.reservation.close()
                 if not self.tracker.device_done(token):
                     self._release(item)

@@ -288,6 +288,25 @@ async def test_request_larger_than_budget_fails_at_once_and_engine_serves_on():
     await small.stop()
 
 
+async def test_parameters_plus_working_set_over_budget_fail_at_once_with_the_sizes():
+    si = StandInStages()
+    # parameters (5000) fit alone and a working set (1000) fits alone, but never both at once
+    engine = await started(make_config(budget=5500), si)
+    job = engine.submit("porep-c2", "tiny", 1)[0]
+    await finish(engine, [job], timeout=2)
+    assert job.status == "failed"
+    assert "parameters 4.88 KiB plus one partition's working set 1000 B" in job.error
+    assert "whole memory budget is 5.37 KiB" in job.error
+    snap = engine.snapshot()
+    assert snap.pipelines[0].status == "failed" and snap.counters.failed_by_kind == {
+        "porep-c2": 1}
+    assert [p.state for p in snap.pipelines[0].partitions] == ["cancelled"] * 10
+    assert_clean(engine)
+    # the parameters are idle again: evicting them is allowed
+    assert engine.evict("porep-c2.tiny") == 5000
+    await engine.stop()
+
+
 async def test_budget_backpressure_never_exceeds_total():
     si = StandInStages(delay=0.002)
     # parameters 5000 + at most two working sets of 1000 at a time
