@@ -75,7 +75,7 @@ def test_login_page_and_logout_round_trip(client, django_user_model):
 def test_pages_render_navigation_for_a_logged_in_user(client, django_user_model):
     user = django_user_model.objects.create_user("op", password="pw-for-tests-1")
     client.force_login(user)
-    for path in ["/", "/proofs/", "/offers/", "/events/"]:
+    for path in ["/", "/proofs/", "/remote/offers/", "/events/"]:
         body = client.get(path).content.decode()
         for label in ["Fleet", "Proofs", "Offers", "Events", 'id="connection-badge"']:
             assert label in body, (path, label)

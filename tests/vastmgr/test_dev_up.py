@@ -37,6 +37,7 @@ def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
     assert proc.returncode == 0, output
     assert "admin account 'ops' created from the environment" in output
     assert "stopped" in output
+    assert "did not stop" not in output, output
     assert_nothing_serves(port)
 
 

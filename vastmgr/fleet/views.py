@@ -58,4 +58,5 @@ def events(request):
 
 
 def offers(request):
-    return render(request, "fleet/offers.html")
+    """Offers live in the remote app (Vast search and rent); keep the short URL working."""
+    return redirect("remote:offers", permanent=True)

@@ -58,6 +58,7 @@ class Command(BaseCommand):
             ("dashboard", [python, "-m", "daphne", "-b", host, "-p", str(port),
                            "vastmgr.asgi:application"]),
             ("controller", [python, manage, "run_fleet", "--dashboard-url", dashboard]),
+            ("automation", [python, manage, "remote_automation"]),
             ("engine", [python, manage, "run_engine"]
              + (["--config", engine_config] if engine_config else [])
              + (["--listen", engine_listen] if engine_listen else [])),

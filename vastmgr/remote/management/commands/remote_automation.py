@@ -1,6 +1,7 @@
 """The remote automation loop: reconcile Vast instances and apply lifecycle rules every tick."""
 
 import asyncio
+import signal
 
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand
@@ -23,7 +24,11 @@ class Command(BaseCommand):
         asyncio.run(self.loop(interval, once))
 
     async def loop(self, interval: float, once: bool) -> None:
-        while True:
+        # `./dev up` stops its children with SIGINT: finish the tick in hand, then exit quietly.
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+        while not stop.is_set():
             client = None
             if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
                 try:
@@ -35,4 +40,7 @@ class Command(BaseCommand):
             await Automation(vast_client=client).tick()
             if once:
                 return
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except TimeoutError:
+                pass
