@@ -1,6 +1,8 @@
 """WebSocket consumers: each joins a group, sends the full current state, then relays the
 controller's `fragment` messages (htmx OOB swaps by element id)."""
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -11,6 +13,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token
+from vastmgr.fleet.controller.watching import CONTROLLER_GROUP, RENEW_EVERY, watch_event
 from vastmgr.fleet.models import Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -26,6 +29,10 @@ class FragmentConsumer(AsyncWebsocketConsumer):
     """Joins one channel-layer group and relays `fragment` messages."""
 
     group = ""
+    # Fleet and host pages are rendered only while someone watches them, so their consumers
+    # tell the controller; proof updates are rare and always pushed.
+    announces = False
+    renewal: asyncio.Task | None = None
 
     def get_group(self) -> str:
         return self.group
@@ -43,11 +50,28 @@ class FragmentConsumer(AsyncWebsocketConsumer):
         # snapshot instead of falling between the two.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        if self.announces:
+            await self.announce(True)
+            self.renewal = asyncio.create_task(self.keep_announcing())
         await self.send_current_state()
 
     async def disconnect(self, code):
+        if self.renewal is not None:
+            self.renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.renewal
+            await self.announce(False)
         if self.group and self.channel_layer is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def announce(self, watching: bool) -> None:
+        await self.channel_layer.group_send(
+            CONTROLLER_GROUP, watch_event(self.group, self.channel_name, watching))
+
+    async def keep_announcing(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY)
+            await self.announce(True)
 
     async def receive(self, text_data=None, bytes_data=None):
         # The browser asks again after it re-opens a socket or wakes from sleep.
@@ -73,12 +97,15 @@ class FragmentConsumer(AsyncWebsocketConsumer):
 
 class FleetConsumer(FragmentConsumer):
     group = fragments.fleet_group()
+    announces = True
 
     def current_state(self) -> str:
         return fragments.render_fleet()
 
 
 class HostConsumer(FragmentConsumer):
+    announces = True
+
     def get_group(self) -> str:
         return fragments.host_group(self.scope["url_route"]["kwargs"]["machine_id"])
 
@@ -108,7 +135,10 @@ class ProofConsumer(FragmentConsumer):
 
 class RelayConsumer(AsyncWebsocketConsumer):
     """Where the fleet controller hands in fragment batches when there is no shared Redis
-    (embedded mode): only a holder of the relay token may connect."""
+    (embedded mode): only a holder of the relay token may connect. The same socket carries the
+    viewers' watch announcements back to the controller."""
+
+    joined = False
 
     async def connect(self):
         headers = dict(self.scope.get("headers") or [])
@@ -116,7 +146,16 @@ class RelayConsumer(AsyncWebsocketConsumer):
         if not hmac.compare_digest(offered, f"Bearer {relay_token()}"):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        await self.channel_layer.group_add(CONTROLLER_GROUP, self.channel_name)
+        self.joined = True
         await self.accept()
+
+    async def disconnect(self, code):
+        if self.joined:
+            await self.channel_layer.group_discard(CONTROLLER_GROUP, self.channel_name)
+
+    async def watch(self, event):
+        await self.send(text_data=json.dumps(event))
 
     async def receive(self, text_data=None, bytes_data=None):
         try:

@@ -184,8 +184,9 @@ def _partition_title(p: dict) -> str:
     return " · ".join(parts)
 
 
-def host_context(machine: Machine, now: float) -> dict:
-    (host,) = load_hosts(now, [machine.pk]) or [HostView(machine, None, now)]
+def host_context(machine: Machine, now: float, host: HostView | None = None) -> dict:
+    if host is None:
+        (host,) = load_hosts(now, [machine.pk]) or [HostView(machine, None, now)]
     snapshot = host.snapshot
     allocations = snapshot.get("allocations") or {}
     return {
@@ -212,8 +213,11 @@ def _counter_rows(counters: dict) -> list[dict]:
     } for kind in sorted(kinds)]
 
 
-def render_host_panel(machine: Machine, now: float | None = None) -> str:
-    return render_to_string("fragments/host_panel.html", host_context(machine, now or time.time()))
+def render_host_panel(machine: Machine, now: float | None = None,
+                      host: HostView | None = None) -> str:
+    """`host`: the machine's view when the caller has loaded it already (saves two queries)."""
+    return render_to_string("fragments/host_panel.html",
+                            host_context(machine, now or time.time(), host))
 
 
 def chart_series(machine: Machine, now: float) -> dict:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -91,3 +93,33 @@ class LoadGenerator:
                         break
             return ws
         return handler
+
+
+ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
+
+
+class ViewerLog:
+    """What one fleet viewer saw: the seq each host's row last showed, rows that went back in
+    seq (the page would show an older state), and the latency of each seq's first arrival."""
+
+    def __init__(self, sent_at: Callable[[int, int], float | None]):
+        self.sent_at = sent_at  # (machine id, seq) -> when the load generator sent it
+        self.shown: dict[int, int] = {}
+        self.latencies: list[float] = []
+        self.out_of_order = 0
+        self.messages = 0
+        self.bytes = 0
+
+    def record(self, html: str, now: float) -> None:
+        self.messages += 1
+        self.bytes += len(html)
+        for machine_id, seq in ROW.findall(html):
+            machine_id, seq = int(machine_id), int(seq)
+            previous = self.shown.get(machine_id)
+            self.shown[machine_id] = seq
+            if previous is not None and seq < previous:
+                self.out_of_order += 1
+            elif previous is None or seq > previous:
+                sent = self.sent_at(machine_id, seq)
+                if sent is not None:
+                    self.latencies.append(now - sent)

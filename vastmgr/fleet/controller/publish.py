@@ -8,19 +8,27 @@ the relay token (derived from SECRET_KEY, which both processes share) may open.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import logging
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import aiohttp
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from .watching import CONTROLLER_GROUP
+
 log = logging.getLogger(__name__)
 
 Message = tuple[str, str]  # (group, html)
+OnWatch = Callable[[dict], None]
+# Channel-layer group membership expires (a day by default); re-join well before that.
+REJOIN_EVERY = 3600.0
+RELAY_RETRY = 1.0
 
 
 def relay_token() -> str:
@@ -44,6 +52,25 @@ class LayerPublisher:
             await self.layer.group_send(group, fragment_event(html))
         return True
 
+    async def listen(self, on_watch: OnWatch) -> None:
+        """Feed consumers' watch announcements to `on_watch` until cancelled."""
+        channel = await self.layer.new_channel()
+
+        async def rejoin():
+            while True:
+                await self.layer.group_add(CONTROLLER_GROUP, channel)
+                await asyncio.sleep(REJOIN_EVERY)
+
+        keeper = asyncio.create_task(rejoin())
+        try:
+            while True:
+                event = await self.layer.receive(channel)
+                if event.get("type") == "watch":
+                    on_watch(event)
+        finally:
+            keeper.cancel()
+            await self.layer.group_discard(CONTROLLER_GROUP, channel)
+
     async def close(self) -> None:
         return None
 
@@ -62,23 +89,47 @@ class RelayPublisher:
         # because whatever was pushed while the relay was down never reached a browser.
         self.reconnected = False
         self._had_connection = False
+        self._connecting = asyncio.Lock()
 
-    async def send(self, messages: list[Message]) -> bool:
-        if not messages:
-            return True
-        try:
+    async def _connection(self):
+        async with self._connecting:
             if self.ws is None or self.ws.closed:
                 self.ws = await self.session.ws_connect(
                     self.url, headers={"Authorization": f"Bearer {relay_token()}",
                                        "Origin": self.origin}, heartbeat=20)
                 self.reconnected = self._had_connection
                 self._had_connection = True
-            await self.ws.send_str(json.dumps({"messages": messages}))
+            return self.ws
+
+    async def send(self, messages: list[Message]) -> bool:
+        if not messages:
+            return True
+        try:
+            ws = await self._connection()
+            await ws.send_str(json.dumps({"messages": messages}))
             return True
         except (aiohttp.ClientError, OSError) as exc:
             log.warning("fragment relay to %s failed: %s", self.url, exc)
             self.ws = None
             return False
+
+    async def listen(self, on_watch: OnWatch) -> None:
+        """Read the watch announcements daphne forwards on the relay socket; keep it open."""
+        while True:
+            try:
+                ws = await self._connection()
+                async for message in ws:
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        continue
+                    try:
+                        event = json.loads(message.data)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(event, dict) and event.get("type") == "watch":
+                        on_watch(event)
+            except (aiohttp.ClientError, OSError) as exc:
+                log.info("fragment relay to %s is down: %s", self.url, exc)
+            await asyncio.sleep(RELAY_RETRY)
 
     async def close(self) -> None:
         if self.ws is not None:

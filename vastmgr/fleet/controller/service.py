@@ -20,8 +20,10 @@ from . import fragments, jobs
 from .engine import EngineRejected, EngineUnreachable
 from .liveness import LIVE, connection_state
 from .publish import LayerPublisher
+from .store import update_rows
 from .transport import TransportError, transport_for
 from .watcher import HostLive, HostWatcher
+from .watching import WatchRegistry
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +50,23 @@ class FleetController:
         self.machine_names: dict[int, str] = {}
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
+        self.watching = WatchRegistry(clock)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         self.session = self.session or aiohttp.ClientSession()
+        loop = asyncio.get_running_loop()
         try:
             await self.resume_in_flight()
+            self._spawn(self.publisher.listen(self.watching.note))
             while not stop.is_set():
+                # Ticks start at a fixed rate: a slow tick shortens the wait, so an update
+                # waits at most one tick period plus the work of the tick that carries it.
+                started = loop.time()
                 await self.tick()
+                remaining = self.tick_seconds - (loop.time() - started)
                 try:
-                    await asyncio.wait_for(stop.wait(), self.tick_seconds)
+                    await asyncio.wait_for(stop.wait(), max(remaining, 0.0))
                 except TimeoutError:
                     pass
         finally:
@@ -81,16 +90,28 @@ class FleetController:
         now = self.clock()
         await self.sync_machines()
         if getattr(self.publisher, "reconnected", False):
+            # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
+            self.watching.forget()
             for live in self.hosts.values():
                 live.changed = True
+        fresh = self.watching.take_fresh()
         changed = self._collect_changes(now)
-        if changed:
+        if self.watching.watched(fragments.fleet_group()):
+            rows = list(self.hosts) if fragments.fleet_group() in fresh else changed
+        else:
+            rows = []
+        panels = {machine_id for machine_id in self.hosts
+                  if fragments.host_group(machine_id) in fresh
+                  or (machine_id in changed
+                      and self.watching.watched(fragments.host_group(machine_id)))}
+        if changed or rows or panels:
             messages, cancels, seen_jobs = await database_sync_to_async(
-                self._persist_and_render)(changed, now)
+                self._persist_and_render)(changed, rows, panels, now)
             for job in seen_jobs:
                 self._watch_result(job)
             if not await self.publisher.send(messages):
+                self.watching.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].changed = True
@@ -113,14 +134,21 @@ class FleetController:
                 changed.append(machine_id)
         return changed
 
-    def _persist_and_render(self, changed: list[int], now: float):
+    def _persist_and_render(self, changed: list[int], rows: list[int], panels: set[int],
+                            now: float):
+        """Write the changed hosts' state, then render the fleet rows in `rows` and the host
+        panels in `panels` (the groups someone watches) from the rows just written."""
         cancels = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
-            statuses = {s.machine_id: s for s in HostStatus.objects.filter(machine_id__in=changed)}
+            existing = dict(HostStatus.objects.filter(machine_id__in=changed)
+                            .values_list("machine_id", "pk"))
+            statuses = {}
             for machine_id in changed:
                 live = self.hosts[machine_id]
-                status = statuses.get(machine_id) or HostStatus.objects.create(machine_id=machine_id)
+                status = (HostStatus(pk=existing[machine_id], machine_id=machine_id)
+                          if machine_id in existing
+                          else HostStatus.objects.create(machine_id=machine_id))
                 status.connected = live.connected
                 status.via = live.via
                 status.interval = self.interval
@@ -137,22 +165,23 @@ class FleetController:
                     for job in adopted:
                         proof_jobs[str(job.pk)] = job
                     cancels.extend((machine_id, engine_job) for engine_job in orphaned)
-            HostStatus.objects.bulk_update(
-                statuses.values(), ["connected", "via", "interval", "seq", "snapshot", "error",
-                                    "updated"])
+            update_rows(HostStatus, list(statuses.values()),
+                        ["connected", "via", "interval", "seq", "snapshot", "error", "updated"])
             seen = [Machine(pk=machine_id, last_seen=jobs.seen_at(self.hosts[machine_id].last_seen))
                     for machine_id in changed if self.hosts[machine_id].last_seen is not None]
-            Machine.objects.bulk_update(seen, ["last_seen"])
-        hosts = fragments.load_hosts(now)
-        by_id = {h.machine.pk: h for h in hosts}
+            update_rows(Machine, seen, ["last_seen"])
         messages = []
-        fleet_html = [fragments.render_fleet_row(by_id[m]) for m in changed if m in by_id]
-        fleet_html.append(fragments.render_fleet_totals(hosts))
-        messages.append((fragments.fleet_group(), "".join(fleet_html)))
-        for machine_id in changed:
-            if machine_id in by_id:
-                messages.append((fragments.host_group(machine_id),
-                                 fragments.render_host_panel(by_id[machine_id].machine, now)))
+        if rows or panels:
+            hosts = fragments.load_hosts(now)
+            by_id = {h.machine.pk: h for h in hosts}
+            if rows:
+                fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
+                fleet_html.append(fragments.render_fleet_totals(hosts))
+                messages.append((fragments.fleet_group(), "".join(fleet_html)))
+            for machine_id in panels:
+                if machine_id in by_id:
+                    messages.append((fragments.host_group(machine_id), fragments.render_host_panel(
+                        by_id[machine_id].machine, now, by_id[machine_id])))
         for job in proof_jobs.values():
             messages.append((fragments.proof_group(job.pk), fragments.render_proof(job)))
         return messages, cancels, list(proof_jobs.values())
@@ -367,8 +396,10 @@ class FleetController:
             if not live.connected or not live.snapshot:
                 continue
             samples.append(_sample(live, now))
+        watched = [machine_id for machine_id in self.hosts
+                   if self.watching.watched(fragments.host_group(machine_id))]
         messages = await database_sync_to_async(_store_history)(
-            samples, now, self.history_keep)
+            samples, now, self.history_keep, watched)
         await self.publisher.send(messages)
 
 
@@ -393,10 +424,11 @@ def _sample(live: HostLive, now: float) -> HostSample:
         memory_used=memory.get("used_bytes", 0), memory_total=memory.get("total_bytes", 0))
 
 
-def _store_history(samples: list[HostSample], now: float, keep: float):
+def _store_history(samples: list[HostSample], now: float, keep: float, watched: list[int]):
     HostSample.objects.bulk_create(samples)
     HostSample.objects.filter(time__lt=jobs.seen_at(now) - timedelta(seconds=keep)).delete()
-    machines = Machine.objects.filter(pk__in=[s.machine_id for s in samples])
+    sampled = {s.machine_id for s in samples}
+    machines = Machine.objects.filter(pk__in=[m for m in watched if m in sampled])
     return [(fragments.host_group(m.pk), fragments.render_host_charts(m, now)) for m in machines]
 
 

@@ -1,12 +1,15 @@
 """`manage.py bench_fanout`: simulated engines → fleet controller → daphne → viewers.
 
-Measures, per pushed fleet row, the time from the snapshot's seq leaving the load generator to
-the row carrying that seq arriving at a viewer's websocket, the CPU of every process, and how
-many hosts' final states never reached every viewer (must be 0).
+Measures, for every seq that reaches a viewer, the time from the snapshot leaving the load
+generator to the first fleet row carrying that seq arriving at the viewer's websocket (an upper
+bound on "leaving the consumer": it includes the viewer's own read); the CPU of every process
+while the load runs; rows that went back in seq; and how many hosts' final states never reached
+every viewer (must be 0). Seqs coalesced away inside one tick are not pushed by design and have
+no latency.
 """
 
 import asyncio
-import re
+import os
 import socket
 import statistics
 import subprocess
@@ -19,11 +22,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
 
-from vastmgr.fleet.controller.loadgen import LoadGenerator
+from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
 from vastmgr.fleet.models import Machine
 
-ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
 SETTLE_SECONDS = 5.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -34,7 +37,7 @@ def free_port() -> int:
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
 class Command(BaseCommand):
@@ -66,26 +69,27 @@ class Command(BaseCommand):
         controller = await asyncio.to_thread(
             subprocess.Popen, [python, manage, "run_fleet", "--dashboard-url",
                                f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL)
-        latencies: list[float] = []
-        last_seq = [{} for _ in range(viewers)]
         index = {machine_id: i for i, machine_id in enumerate(ids)}
+
+        def sent_at(machine_id, seq):
+            return loadgen.sent_at[index[machine_id]].get(seq) if machine_id in index else None
+
+        logs = [ViewerLog(sent_at) for _ in range(viewers)]
+        processes = (("daphne", daphne), ("controller", controller))
         try:
             async with aiohttp.ClientSession() as session:
                 sockets = await self.connect_viewers(session, port, cookie, viewers)
-                readers = [asyncio.create_task(self.read(ws, loadgen, index, latencies, last_seq[v]))
-                           for v, ws in enumerate(sockets)]
+                readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
                 await self.wait_connected(loadgen, ids)
-                cpu_start = {name: cpu_seconds(p.pid) for name, p in
-                             (("daphne", daphne), ("controller", controller))}
+                cpu_start = {name: cpu_seconds(p.pid) for name, p in processes}
                 own_start, wall_start = time.process_time(), time.monotonic()
                 loadgen.running = True
                 await asyncio.sleep(duration)
                 loadgen.running = False
-                await asyncio.sleep(SETTLE_SECONDS)
                 wall = time.monotonic() - wall_start
-                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in
-                       (("daphne", daphne), ("controller", controller))}
+                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in processes}
                 cpu["loadgen+viewers"] = (time.process_time() - own_start) / wall
+                await asyncio.sleep(SETTLE_SECONDS)
                 for task in readers:
                     task.cancel()
                 for ws in sockets:
@@ -96,9 +100,9 @@ class Command(BaseCommand):
                 proc.wait(15)
             await loadgen.stop()
             await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
-        lost = sum(1 for seen in last_seq for machine_id, i in index.items()
-                   if seen.get(machine_id) != loadgen.seq[i])
-        self.report(hosts, viewers, rate, latencies, cpu, lost, loadgen)
+        lost = sum(1 for log in logs for machine_id, i in index.items()
+                   if log.shown.get(machine_id) != loadgen.seq[i])
+        self.report(hosts, viewers, rate, logs, cpu, lost, loadgen)
 
     def register(self, ports):
         return [Machine.objects.create(name=f"loadgen-{i}-{port}", provider="local",
@@ -139,23 +143,18 @@ class Command(BaseCommand):
             await asyncio.sleep(0.5)
         raise CommandError("the controller did not connect to every simulated engine in 60 s")
 
-    async def read(self, ws, loadgen, index, latencies, last_seq):
+    async def read(self, ws, log):
         async for message in ws:
-            now = time.time()
-            for machine_id, seq in ROW.findall(message.data):
-                machine_id, seq = int(machine_id), int(seq)
-                i = index.get(machine_id)
-                if i is None:
-                    continue
-                last_seq[machine_id] = seq
-                sent = loadgen.sent_at[i].get(seq)
-                if sent is not None:
-                    latencies.append(now - sent)
+            log.record(message.data, time.time())
 
-    def report(self, hosts, viewers, rate, latencies, cpu, lost, loadgen):
+    def report(self, hosts, viewers, rate, logs, cpu, lost, loadgen):
         sent = sum(loadgen.seq)
+        latencies = [x for log in logs for x in log.latencies]
+        received = sum(log.messages for log in logs)
+        megabytes = sum(log.bytes for log in logs) / 1e6
         self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s: "
                           f"{sent} snapshots sent, {len(latencies)} row deliveries measured")
+        self.stdout.write(f"viewers received {received} messages, {megabytes:.1f} MB in all")
         if latencies:
             ordered = sorted(latencies)
             p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -163,4 +162,5 @@ class Command(BaseCommand):
                               f", p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
         for name, share in cpu.items():
             self.stdout.write(f"cpu {name}: {share * 100:.0f}% of one core")
+        self.stdout.write(f"rows that went back in seq: {sum(log.out_of_order for log in logs)}")
         self.stdout.write(f"final states lost: {lost}")

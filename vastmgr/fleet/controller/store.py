@@ -1,0 +1,32 @@
+"""Writing the controller's per-tick state with one prepared statement per table.
+
+Django's `bulk_update` builds a CASE expression per field and row; for a hundred hosts that
+costs more than everything else in a tick. An executemany of one UPDATE does the same writes
+for a fraction of it. Values go through each field's own preparation, so JSON and time zones
+are stored exactly as the ORM would store them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import connections, models, router
+
+
+def update_rows(model: type[models.Model], rows: Sequence[models.Model],
+                fields: Sequence[str]) -> None:
+    """Write `fields` of every row (matched by primary key); rows deleted meanwhile are skipped."""
+    if not rows:
+        return
+    connection = connections[router.db_for_write(model)]
+    quote = connection.ops.quote_name
+    columns = [model._meta.get_field(name) for name in fields]
+    pk = model._meta.pk
+    sql = (f"UPDATE {quote(model._meta.db_table)} SET "
+           + ", ".join(f"{quote(field.column)} = %s" for field in columns)
+           + f" WHERE {quote(pk.column)} = %s")
+    params = [[field.get_db_prep_save(getattr(row, field.attname), connection)
+               for field in columns] + [pk.get_db_prep_save(row.pk, connection)]
+              for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
