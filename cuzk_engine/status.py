@@ -357,6 +357,7 @@ class StatusTracker:
                 self._workers.append(_Worker(wid, dev.ordinal))
                 self._device_workers.setdefault(dev.ordinal, []).append(wid)
         self._jobs: dict[str, _Job] = {}
+        self._ended: dict[str, _Job] = {}  # terminal jobs still listed, oldest ending first
         self._pickups: dict[int, tuple[int, str, int]] = {}  # token -> (worker, job, partition)
         self._tokens = itertools.count(1)
         self._phase_counts = dict.fromkeys(PARTITION_PHASES, 0)
@@ -423,6 +424,7 @@ class StatusTracker:
         job.error = error
         job.finished = now
         job.version += 1
+        self._ended[job.job_id] = job  # in finishing order, which _gc relies on
         table = {"done": self._done_by_kind, "failed": self._failed_by_kind,
                  "cancelled": self._cancelled_by_kind}[status]
         table[job.kind] = table.get(job.kind, 0) + 1
@@ -636,15 +638,21 @@ class StatusTracker:
     # ------------------------------------------------------------------ reading
 
     def _gc(self, now: float) -> None:
-        stale = [
-            jid for jid, j in self._jobs.items()
-            if j.finished is not None and now - j.finished >= self._retention and j.settled()
-        ]
-        for jid in stale:
+        """Forget settled terminal jobs after the retention. Runs under the lock inside
+        snapshot(), so it looks only at ended jobs, oldest first, and stops at the first one
+        still inside the retention: a reader never scans the live jobs here."""
+        gone = []
+        for jid, job in self._ended.items():
+            if now - job.finished < self._retention:
+                break
+            if job.settled():  # a partition still on a device or finalizing keeps it listed
+                gone.append(jid)
+        for jid in gone:
+            del self._ended[jid]
             job = self._jobs.pop(jid)
             for p in job.parts:
                 self._phase_counts[p.state] -= 1
-        if stale:
+        if gone:
             self._seq += 1
 
     def snapshot(self) -> EngineSnapshot:

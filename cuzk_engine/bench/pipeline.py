@@ -88,14 +88,14 @@ async def _run_mode(cfg: EngineConfig, kind: str, profile: str, jobs: int) -> di
             "all_verified": ok,
             # the share of the run a device lock was held (prove_start), per device
             "device_busy_fraction": round(
-                sum(j.prove_start_ms for j in submitted) / 1000.0 / wall / len(engine.devices),
+                sum(j.device_lock_ms for j in submitted) / 1000.0 / wall / len(engine.devices),
                 3),
             # workers count as busy from pickup to handing off, lock waits included
             "worker_busy_fraction": round(busy_secs / wall / len(busy1), 3),
             "per_partition_ms": {
                 "synthesis": round(sum(j.synthesis_ms for j in submitted) / parts, 1),
                 "gpu": round(sum(j.gpu_ms for j in submitted) / parts, 1),
-                "prove_start": round(sum(j.prove_start_ms for j in submitted) / parts, 1),
+                "device_lock": round(sum(j.device_lock_ms for j in submitted) / parts, 1),
                 "finalize": round(sum(j.finalize_ms for j in submitted) / parts, 1),
                 "cpu": round(cpu * 1000.0 / parts, 1),
                 "wall": round(wall * 1000.0 / parts, 1),
@@ -120,7 +120,7 @@ async def run_pipeline_bench(cfg: EngineConfig, kind: str, profile: str, jobs: i
     cap_after = await loop.run_in_executor(None, measure_parallel_capacity, kind, profile)
     capacity = (cap_before + cap_after) / 2
     st = m["per_partition_ms"]
-    ideal_per_part = max(st["cpu"] / capacity, st["prove_start"])
+    ideal_per_part = max(st["cpu"] / capacity, st["device_lock"])
     ideal = st["wall"] / ideal_per_part
     speedup = m["wall_s"] / p["wall_s"]
     return {
@@ -128,7 +128,7 @@ async def run_pipeline_bench(cfg: EngineConfig, kind: str, profile: str, jobs: i
         "parallel_capacity": round(capacity, 3),
         "parallel_capacity_before_after": [cap_before, cap_after],
         "pipelined": p, "monolithic": m,
-        "ideal_bound": "cpu" if st["cpu"] / capacity >= st["prove_start"] else "device lock",
+        "ideal_bound": "cpu" if st["cpu"] / capacity >= st["device_lock"] else "device lock",
         "speedup": round(speedup, 3),
         "ideal_speedup": round(ideal, 3),
         "fraction_of_ideal": round(speedup / ideal, 3),

@@ -70,7 +70,7 @@ class Job:
     srs_load_ms: float = 0.0
     synthesis_ms: float = 0.0
     gpu_ms: float = 0.0
-    prove_start_ms: float = 0.0  # the part of gpu_ms spent holding the device lock
+    device_lock_ms: float = 0.0  # prove_start with the device lock held (no lock wait)
     finalize_ms: float = 0.0
     proofs: list[bytes | None] = field(default_factory=list)
     public_inputs: list[list[int] | None] = field(default_factory=list)
@@ -516,17 +516,22 @@ class Engine:
             self._wake_gpu.clear()
             await self._wake_gpu.wait()
 
-    def _device_step(self, item: _Item, device: Device, split: bool) -> tuple[Any, float, float]:
-        """Runs in the device's thread pool. Returns (pending or proof, start_ms, finish_ms)."""
+    def _device_step(self, item: _Item, device: Device,
+                     split: bool) -> tuple[Any, float, float, float]:
+        """Runs in the device's thread pool. Returns (pending or proof, start_ms, finish_ms,
+        held_ms): start_ms includes waiting for the device lock, held_ms is the time it was
+        held."""
         params = item.job.params
         t0 = time.perf_counter()
         with device.lock:
+            locked = time.perf_counter()
             pending = self.stages.prove_start(item.synth, params, device.backend)
         t1 = time.perf_counter()
+        held_ms = (t1 - locked) * 1000.0
         if split:
-            return pending, (t1 - t0) * 1000.0, 0.0
+            return pending, (t1 - t0) * 1000.0, 0.0, held_ms
         proof = self.stages.prove_finish(pending, params)
-        return proof, (t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0
+        return proof, (t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0, held_ms
 
     async def _device_worker(self, worker_id: int, device: Device) -> None:
         loop = asyncio.get_running_loop()
@@ -541,14 +546,14 @@ class Engine:
                 self._settle(job)
                 continue
             try:
-                out, start_ms, finish_ms = await loop.run_in_executor(
+                out, start_ms, finish_ms, held_ms = await loop.run_in_executor(
                     pool, self._device_step, item, device, split)
             except Exception as e:  # noqa: BLE001 - device failure fails the job, not the engine
                 self._fail_partition(item, f"device {device.name} failed: "
                                            f"{type(e).__name__}: {e}", token)
                 continue
             job.gpu_ms += start_ms + finish_ms
-            job.prove_start_ms += start_ms
+            job.device_lock_ms += held_ms
             if split:
                 # the a/b/c evaluations are consumed: keep only what the pending proof holds
                 item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
@@ -628,14 +633,14 @@ class Engine:
                     self._settle(job)
                     continue
                 try:
-                    proof, start_ms, finish_ms = await loop.run_in_executor(
+                    proof, start_ms, finish_ms, held_ms = await loop.run_in_executor(
                         pool, self._device_step, item, device, False)
                 except Exception as e:  # noqa: BLE001
                     self._fail_partition(item, f"device {device.name} failed: "
                                                f"{type(e).__name__}: {e}", token)
                     continue
                 job.gpu_ms += start_ms + finish_ms
-                job.prove_start_ms += start_ms
+                job.device_lock_ms += held_ms
                 item.reservation.close()
                 if not self.tracker.device_done(token):
                     self._release(item)

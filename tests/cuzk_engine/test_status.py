@@ -151,6 +151,36 @@ def test_failed_partition_fails_job_once_is_counted_and_leaves_after_retention()
     assert t.snapshot().counters.total_failed == 1
 
 
+def test_an_ended_job_stays_listed_while_a_partition_is_on_a_device_and_its_id_stays_taken():
+    # cuzk forgot jobs by time alone; here a cancelled job whose partition is still proving keeps
+    # its entry (and its id) until that partition settles, so no stale pickup can meet a
+    # resubmitted job of the same id
+    clock = FakeClock()
+    t = tracker(retention=5.0, clock=clock)
+    for jid in ("old", "r"):
+        t.register_job(jid, kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="normal", partitions=1)
+        t.job_started(jid)
+        ready(t, jid, 0)
+    t.job_cancelled("old")
+    tok = t.worker_pickup(0, "r", 0)
+    t.job_cancelled("r")
+    clock.t += 60.0
+    snap = t.snapshot()
+    assert [p.job_id for p in snap.pipelines] == ["r"]  # "old" settled and left; "r" did not
+    assert worker(snap, 0).current_job == "r" and part(snap, "r", 0).state == "gpu"
+    with pytest.raises(StatusTransitionError, match="already tracked"):
+        t.register_job("r", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                       priority="normal", partitions=1)
+    assert t.device_done(tok) is False
+    snap = t.snapshot()
+    assert snap.pipelines == [] and worker(snap, 0).state == "idle"
+    assert snapshot_violations(snap) == []
+    t.register_job("r", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=1)
+    assert t.snapshot().pipelines[0].partitions[0].state == "pending"
+
+
 def test_device_failure_shows_failed_not_done_and_frees_the_worker():
     t = tracker()
     t.register_job("p", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
