@@ -33,14 +33,6 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "cuzk_engine" / "native"
 
 
-def _source_hash(compiler: str) -> str:
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((SOURCE_DIR / name).read_bytes())
-    digest.update(" ".join((compiler, *CFLAGS)).encode())
-    return digest.hexdigest()[:16]
-
-
 def _find_compiler() -> str | None:
     for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate):
@@ -48,14 +40,27 @@ def _find_compiler() -> str | None:
     return None
 
 
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        cmd = [compiler, *CFLAGS, "-I", str(SOURCE_DIR), "-o", str(out),
-               str(SOURCE_DIR / "ntt_host.c")]
-        subprocess.run(cmd, check=True, capture_output=True)
-        os.replace(out, target)
+def build_library(compiler: str, main: str, sources: tuple[str, ...],
+                  cflags: tuple[str, ...], prefix: str) -> Path:
+    """Compile `main` (which includes `sources`) into the cache, once per content and flags.
+
+    The file name carries a hash of every source and of the command, so an edited header never
+    loads a stale build; the build goes to a temporary name and is renamed into place, so a
+    concurrent or interrupted build never leaves a half-written library behind.
+    """
+    digest = hashlib.sha256()
+    for name in sources:
+        digest.update((SOURCE_DIR / name).read_bytes())
+    digest.update(" ".join((compiler, *cflags)).encode())
+    target = cache_dir() / f"{prefix}_{digest.hexdigest()[:16]}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            subprocess.run([compiler, *cflags, "-I", str(SOURCE_DIR), "-o", str(out),
+                            str(SOURCE_DIR / main)], check=True, capture_output=True)
+            os.replace(out, target)
+    return target
 
 
 _ARR = np.ctypeslib.ndpointer(dtype=np.uint64, flags="C_CONTIGUOUS")
@@ -105,16 +110,13 @@ def load() -> NativeFr | None:
     compiler = _find_compiler()
     if compiler is None:
         return None
-    key = _source_hash(compiler)
     with _lock:
-        if key in _loaded:
-            return _loaded[key]
-        target = cache_dir() / f"cuzk_fr_{key}.so"
+        if compiler in _loaded:
+            return _loaded[compiler]
         try:
-            if not target.exists():
-                _build(compiler, target)
+            target = build_library(compiler, "ntt_host.c", SOURCES, CFLAGS, "cuzk_fr")
             native: NativeFr | None = NativeFr(ctypes.CDLL(str(target)), target)
         except (OSError, subprocess.CalledProcessError):
             native = None
-        _loaded[key] = native
+        _loaded[compiler] = native
         return native

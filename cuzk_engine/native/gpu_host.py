@@ -9,19 +9,13 @@ a hash of every source file it includes.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import numpy as np
 
-from cuzk_engine.native import _find_compiler, cache_dir
+from cuzk_engine.native import _find_compiler, build_library
 from cuzk_engine.native.gpu_driver import KERNEL_SIGNATURES
 
-SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("fr.h", "fp.h", "g1.h", "msm.h", "ntt_gpu.h", "launch.h", "ntt.cu", "msm.cu",
            "gpu_host.c")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c11")
@@ -70,30 +64,13 @@ class HostKernels:
         return out
 
 
-def _source_hash(compiler: str) -> str:
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update((SOURCE_DIR / name).read_bytes())
-    digest.update(" ".join((compiler, *CFLAGS)).encode())
-    return digest.hexdigest()[:16]
-
-
 def load() -> HostKernels:
     """The host build, compiled on first use; CompilerUnavailable without a C compiler."""
     compiler = _find_compiler()
     if compiler is None:
         raise CompilerUnavailable("no C compiler (cc, gcc or clang) to build gpu_host.c")
-    key = _source_hash(compiler)
     with _lock:
-        if key not in _loaded:
-            target = cache_dir() / f"cuzk_gpu_host_{key}.so"
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                    out = Path(tmp) / target.name
-                    subprocess.run([compiler, *CFLAGS, "-I", str(SOURCE_DIR), "-o", str(out),
-                                    str(SOURCE_DIR / "gpu_host.c")], check=True,
-                                   capture_output=True)
-                    os.replace(out, target)
-            _loaded[key] = HostKernels(ctypes.CDLL(str(target)))
-        return _loaded[key]
+        if compiler not in _loaded:
+            target = build_library(compiler, "gpu_host.c", SOURCES, CFLAGS, "cuzk_gpu_host")
+            _loaded[compiler] = HostKernels(ctypes.CDLL(str(target)))
+        return _loaded[compiler]
