@@ -72,6 +72,9 @@ def database(data: Path) -> dict:
     return config
 
 
+REDIS_READ_TIMEOUT = 30.0
+
+
 def channel_layers() -> dict:
     url = os.environ.get("REDIS_URL")
     if not url:
@@ -81,6 +84,10 @@ def channel_layers() -> dict:
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [url], "capacity": 1000, "expiry": 30},
+            # channels-redis waits for messages with a 5 s blocking pop; redis-py >= 8 also
+            # defaults its socket read timeout to 5 s, which fires first and kills every idle
+            # websocket consumer (close 1011). Reads may take longer than the pop, never forever.
+            "CONFIG": {"hosts": [{"address": url, "socket_timeout": REDIS_READ_TIMEOUT}],
+                       "capacity": 1000, "expiry": 30},
         }
     }
