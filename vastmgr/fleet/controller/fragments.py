@@ -112,6 +112,14 @@ def load_hosts(now: float, machine_ids=None) -> list[HostView]:
     machines = Machine.objects.select_related("live").exclude(state=Machine.State.KILLED)
     if machine_ids is not None:
         machines = machines.filter(pk__in=machine_ids)
+    machines = list(machines)
+    return host_views(machines, {m.pk: getattr(m, "live", None) for m in machines}, now)
+
+
+def host_views(machines: list[Machine], statuses: dict[int, HostStatus | None],
+               now: float) -> list[HostView]:
+    """Views of `machines` with the given live status rows (the fleet controller passes the
+    state it holds in memory, which is what it writes to the database)."""
     since = timezone.now() - timedelta(hours=24)
     counts = {
         row["machine"]: row
@@ -123,7 +131,7 @@ def load_hosts(now: float, machine_ids=None) -> list[HostView]:
     views = []
     for machine in machines:
         row = counts.get(machine.pk, {})
-        views.append(HostView(machine, getattr(machine, "live", None), now,
+        views.append(HostView(machine, statuses.get(machine.pk), now,
                               row.get("done", 0), row.get("failed", 0)))
     return views
 

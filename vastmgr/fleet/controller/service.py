@@ -48,6 +48,8 @@ class FleetController:
         self.actions: set[int] = set()
         self.background: set[asyncio.Task] = set()
         self.machine_names: dict[int, str] = {}
+        self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
+        self.statuses: dict[int, HostStatus] = {}  # what was last pushed (and written) per host
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
@@ -97,24 +99,34 @@ class FleetController:
                 live.changed = True
         fresh = self.watching.take_fresh()
         changed = self._collect_changes(now)
-        if self.watching.watched(fragments.fleet_group()):
-            rows = list(self.hosts) if fragments.fleet_group() in fresh else changed
+        fleet = fragments.fleet_group()
+        if self.watching.watched(fleet):
+            rows = list(self.machines) if fleet in fresh else changed
         else:
             rows = []
-        panels = {machine_id for machine_id in self.hosts
+        panels = {machine_id for machine_id in self.machines
                   if fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
                       and self.watching.watched(fragments.host_group(machine_id)))}
-        if changed or rows or panels:
-            messages, cancels, seen_jobs = await database_sync_to_async(
-                self._persist_and_render)(changed, rows, panels, now)
-            for job in seen_jobs:
-                self._watch_result(job)
+        for machine_id in changed:
+            self.statuses[machine_id] = self._status_row(machine_id, now)
+        # Push first, write after: the fragments come from the state held here (the same
+        # state that is written next), so the database write adds nothing to the latency.
+        if rows or panels:
+            statuses = dict(self.statuses)
+            messages = await database_sync_to_async(self._render)(rows, panels, statuses, now)
             if not await self.publisher.send(messages):
                 self.watching.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].changed = True
+        if changed:
+            rows_to_write = [self.statuses[machine_id] for machine_id in changed]
+            messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
+                rows_to_write)
+            for job in seen_jobs:
+                self._watch_result(job)
+            await self.publisher.send(messages)
             for machine_id, engine_job_id in cancels:
                 self._spawn(self._cancel_orphan(machine_id, engine_job_id))
         await self.requeue_lost(now)
@@ -134,69 +146,82 @@ class FleetController:
                 changed.append(machine_id)
         return changed
 
-    def _persist_and_render(self, changed: list[int], rows: list[int], panels: set[int],
-                            now: float):
-        """Write the changed hosts' state, then render the fleet rows in `rows` and the host
-        panels in `panels` (the groups someone watches) from the rows just written."""
+    def _status_row(self, machine_id: int, now: float) -> HostStatus:
+        """The host's live status as it will be stored, copied on the event loop so the seq
+        and the snapshot come from the same engine update."""
+        live = self.hosts[machine_id]
+        machine = self.machines[machine_id]
+        if live.last_seen is not None:
+            machine.last_seen = jobs.seen_at(live.last_seen)
+        return HostStatus(machine=machine, connected=live.connected, via=live.via,
+                          interval=self.interval, seq=live.seq, snapshot=live.snapshot,
+                          error=live.error, updated=jobs.seen_at(now))
+
+    def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
+                now: float) -> list[tuple[str, str]]:
+        """The fleet rows in `rows` (with the totals) and the host panels in `panels`."""
+        machines = list(self.machines.values())
+        missing = [m.pk for m in machines if m.pk not in statuses]  # disabled: not watched here
+        if missing:
+            statuses = {**statuses, **{s.machine_id: s for s in
+                                       HostStatus.objects.filter(machine_id__in=missing)}}
+        hosts = fragments.host_views(machines, statuses, now)
+        by_id = {h.machine.pk: h for h in hosts}
+        messages = []
+        if rows:
+            fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
+            fleet_html.append(fragments.render_fleet_totals(hosts))
+            messages.append((fragments.fleet_group(), "".join(fleet_html)))
+        for machine_id in panels:
+            if machine_id in by_id:
+                host = by_id[machine_id]
+                messages.append((fragments.host_group(machine_id),
+                                 fragments.render_host_panel(host.machine, now, host)))
+        return messages
+
+    def _persist(self, statuses: list[HostStatus]):
+        """Write the changed hosts' status, copy job progress from their pipelines, and render
+        the proof pages that changed."""
         cancels = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
-            existing = dict(HostStatus.objects.filter(machine_id__in=changed)
-                            .values_list("machine_id", "pk"))
-            statuses = {}
-            for machine_id in changed:
-                live = self.hosts[machine_id]
-                status = (HostStatus(pk=existing[machine_id], machine_id=machine_id)
-                          if machine_id in existing
-                          else HostStatus.objects.create(machine_id=machine_id))
-                status.connected = live.connected
-                status.via = live.via
-                status.interval = self.interval
-                status.seq = live.seq
-                status.snapshot = live.snapshot
-                status.error = live.error
-                status.updated = jobs.seen_at(now)
-                statuses[machine_id] = status
-                pipelines = (live.snapshot or {}).get("pipelines") or []
-                if live.connected and pipelines:
-                    for job in jobs.record_progress(machine_id, pipelines):
+            existing = dict(HostStatus.objects.filter(
+                machine_id__in=[s.machine_id for s in statuses]).values_list("machine_id", "pk"))
+            for status in statuses:
+                if status.machine_id in existing:
+                    status.pk = existing[status.machine_id]
+                else:
+                    status.save()
+                pipelines = (status.snapshot or {}).get("pipelines") or []
+                if status.connected and pipelines:
+                    for job in jobs.record_progress(status.machine_id, pipelines):
                         proof_jobs[str(job.pk)] = job
-                    adopted, orphaned = jobs.orphans(machine_id, pipelines)
+                    adopted, orphaned = jobs.orphans(status.machine_id, pipelines)
                     for job in adopted:
                         proof_jobs[str(job.pk)] = job
-                    cancels.extend((machine_id, engine_job) for engine_job in orphaned)
-            update_rows(HostStatus, list(statuses.values()),
+                    cancels.extend((status.machine_id, engine_job) for engine_job in orphaned)
+            update_rows(HostStatus, statuses,
                         ["connected", "via", "interval", "seq", "snapshot", "error", "updated"])
-            seen = [Machine(pk=machine_id, last_seen=jobs.seen_at(self.hosts[machine_id].last_seen))
-                    for machine_id in changed if self.hosts[machine_id].last_seen is not None]
-            update_rows(Machine, seen, ["last_seen"])
-        messages = []
-        if rows or panels:
-            hosts = fragments.load_hosts(now)
-            by_id = {h.machine.pk: h for h in hosts}
-            if rows:
-                fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
-                fleet_html.append(fragments.render_fleet_totals(hosts))
-                messages.append((fragments.fleet_group(), "".join(fleet_html)))
-            for machine_id in panels:
-                if machine_id in by_id:
-                    messages.append((fragments.host_group(machine_id), fragments.render_host_panel(
-                        by_id[machine_id].machine, now, by_id[machine_id])))
-        for job in proof_jobs.values():
-            messages.append((fragments.proof_group(job.pk), fragments.render_proof(job)))
+            update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
+                        ["last_seen"])
+        messages = [(fragments.proof_group(job.pk), fragments.render_proof(job))
+                    for job in proof_jobs.values()]
         return messages, cancels, list(proof_jobs.values())
 
     # ---- machines and watchers ------------------------------------------------------------
 
     async def sync_machines(self) -> None:
+        # Disabled machines are not watched, but they keep a (greyed) row in the fleet view.
         machines = await database_sync_to_async(list)(
-            Machine.objects.filter(enabled=True).exclude(state=Machine.State.KILLED))
-        wanted = {m.pk: m for m in machines}
+            Machine.objects.exclude(state=Machine.State.KILLED))
+        self.machines = {m.pk: m for m in machines}
+        wanted = {m.pk: m for m in machines if m.enabled}
         for machine_id in list(self.watchers):
             if machine_id not in wanted:
                 self.watchers.pop(machine_id).cancel()
                 self.hosts.pop(machine_id, None)
                 self.pushed.pop(machine_id, None)
+                self.statuses.pop(machine_id, None)
         for machine_id, machine in wanted.items():
             self.machine_names[machine_id] = machine.name
             if machine_id in self.watchers:
