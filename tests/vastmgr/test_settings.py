@@ -30,7 +30,10 @@ def test_embedded_defaults_are_sqlite_in_memory_layer_and_debug_off(python, clea
 def test_redis_url_switches_to_the_redis_channel_layer(python, clean_env):
     s = load_settings(python, clean_env, REDIS_URL="redis://127.0.0.1:6390/2")
     assert s["layer"] == "channels_redis.core.RedisChannelLayer"
-    assert s["hosts"] == ["redis://127.0.0.1:6390/2"]
+    [host] = s["hosts"]
+    assert host["address"] == "redis://127.0.0.1:6390/2"
+    # Longer than channels-redis' 5 s blocking pop, or idle consumers die with 1011.
+    assert host["socket_timeout"] > 5
 
 
 def test_database_url_selects_postgres(python, clean_env):
