@@ -1,4 +1,14 @@
-"""A small async client for the engine API (used by the dashboard; no Django here)."""
+"""An async client for the engine API (used by the dashboard and its tools; no Django here).
+
+Failures come in two kinds so callers can act on them honestly:
+
+- `EngineAPIError`: the engine answered and refused (HTTP 4xx: unknown kind or profile, a
+  request id reused with other parameters, a bad token). Repeating the request will not help;
+  a job that gets this should fail with the message.
+- `EngineUnreachable`: there is no usable answer (connection refused or lost, timeout, a 5xx,
+  a body that is not JSON, the status stream closing). What the engine thinks is unknown, so
+  the caller should retry later.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +20,45 @@ import aiohttp
 
 from cuzk_engine.errors import CuzkError
 
+# Statuses that say "not now" rather than "never": retried like a lost connection.
+RETRY_LATER = frozenset({408, 429})
 
-class EngineAPIError(CuzkError):
+
+class EngineError(CuzkError):
+    """Anything that went wrong talking to an engine."""
+
+
+class EngineAPIError(EngineError):
+    """The engine refused the request (HTTP 4xx)."""
+
     def __init__(self, status: int, message: str):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
 
 
-class EngineClient:
-    """``async with EngineClient("http://127.0.0.1:9821", token=...) as c: await c.status()``"""
+class EngineUnreachable(EngineError):
+    """No usable answer from the engine; retry later."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0):
+
+class EngineClient:
+    """``async with EngineClient("http://127.0.0.1:9821", token=...) as c: await c.status()``
+
+    `timeout` bounds every request (a long-poll `get` gets its wait on top). Pass `session` to
+    share one connection pool between many clients (a fleet controller watching many engines);
+    the client then leaves it open on `close()`.
+    """
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0,
+                 session: aiohttp.ClientSession | None = None, heartbeat: float = 20.0):
+        if timeout <= 0 or heartbeat <= 0:
+            raise ValueError("timeout and heartbeat must be positive")
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._session = aiohttp.ClientSession(headers=headers,
-                                              timeout=aiohttp.ClientTimeout(total=timeout))
+        self.timeout = timeout
+        self.heartbeat = heartbeat
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_session = session is None
+        self._session = session or aiohttp.ClientSession()
 
     async def __aenter__(self) -> Self:
         return self
@@ -34,23 +67,35 @@ class EngineClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._session.close()
+        if self._owns_session:
+            await self._session.close()
 
     async def _call(self, method: str, path: str, *, timeout: float | None = None,
-                    **kw) -> Any:
-        extra = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
-        async with self._session.request(method, self.base_url + path, **kw, **extra) as r:
-            try:
-                body = await r.json(content_type=None)
-            except (json.JSONDecodeError, aiohttp.ContentTypeError):
-                body = {"error": (await r.text())[:200]}
-            if r.status >= 400:
-                raise EngineAPIError(r.status, body.get("error", "") if isinstance(body, dict)
-                                     else str(body))
+                    text: bool = False, **kw) -> Any:
+        where = f"{method} {path}"
+        try:
+            async with self._session.request(
+                method, self.base_url + path, headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **kw,
+            ) as r:
+                body = await r.text()
+                status = r.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise EngineUnreachable(f"{where}: {type(exc).__name__} {exc}".rstrip()) from exc
+        if status >= 500 or status in RETRY_LATER:
+            raise EngineUnreachable(f"{where}: HTTP {status} {_error_text(body)}".rstrip())
+        if status >= 400:
+            raise EngineAPIError(status, _error_text(body) or f"{where} refused")
+        if text:
             return body
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            raise EngineUnreachable(f"{where}: the answer is not JSON: {body[:80]!r}") from None
 
     async def submit(self, kind: str, profile: str, seed: int, *, priority: str | None = None,
                      request_id: str | None = None) -> dict:
+        """Submit a proof; with `request_id`, submitting the same request again is harmless."""
         payload: dict[str, Any] = {"kind": kind, "profile": profile, "seed": seed}
         if priority is not None:
             payload["priority"] = priority
@@ -59,9 +104,11 @@ class EngineClient:
         return await self._call("POST", "/v1/proofs", json=payload)
 
     async def get(self, job_id: str, *, wait: float | None = None) -> dict:
-        params = {"wait": str(wait)} if wait else {}
+        """The job's record; with `wait`, the engine holds the answer up to that many seconds
+        for the job to finish. A job the engine does not know raises EngineAPIError 404."""
+        params = {"wait": f"{wait:g}"} if wait else {}
         return await self._call("GET", f"/v1/proofs/{job_id}", params=params,
-                                timeout=(wait + 30.0) if wait else None)
+                                timeout=(wait or 0) + self.timeout)
 
     async def cancel(self, job_id: str) -> dict:
         return await self._call("DELETE", f"/v1/proofs/{job_id}")
@@ -73,24 +120,59 @@ class EngineClient:
         return await self._call("GET", "/v1/info")
 
     async def preload(self, circuit_id: str) -> dict:
-        return await self._call("POST", f"/v1/srs/{circuit_id}/preload", timeout=600.0)
+        # Loading parameters from disk can take minutes for large profiles.
+        return await self._call("POST", f"/v1/srs/{circuit_id}/preload",
+                                timeout=max(self.timeout, 600.0))
 
     async def evict(self, circuit_id: str) -> dict:
         return await self._call("DELETE", f"/v1/srs/{circuit_id}")
 
     async def metrics(self) -> str:
-        async with self._session.get(self.base_url + "/metrics") as r:
-            if r.status >= 400:
-                raise EngineAPIError(r.status, await r.text())
-            return await r.text()
+        return await self._call("GET", "/metrics", text=True)
 
-    async def stream_snapshots(self) -> AsyncIterator[dict]:
-        """Yields the full snapshot first, then one per change (coalesced by the engine)."""
-        async with self._session.ws_connect(self.base_url + "/v1/status/stream",
-                                            timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
-                                            heartbeat=30.0) as ws:
-            async for msg in ws:
-                if msg.type == aiohttp.WSMsgType.TEXT:
-                    yield json.loads(msg.data)
-                elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-                    break
+    async def stream_snapshots(self, *, idle: float | None = None) -> AsyncIterator[dict | None]:
+        """Yields the full snapshot first, then one per change (coalesced by the engine).
+
+        The engine sends nothing while nothing changes, so silence is not a failure: with
+        `idle`, None is yielded after that many quiet seconds (the caller can then ask
+        `status()` whether the engine is alive). A connection that dies is found by the
+        websocket heartbeat; it, and any close of the stream, raise EngineUnreachable.
+        """
+        url = self.base_url + "/v1/status/stream"
+        try:
+            async with self._session.ws_connect(url, headers=self._headers,
+                                                heartbeat=self.heartbeat,
+                                                timeout=aiohttp.ClientWSTimeout(ws_close=5.0)
+                                                ) as ws:
+                while True:
+                    try:
+                        message = await ws.receive(timeout=idle)
+                    except TimeoutError:
+                        yield None
+                        continue
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        yield json.loads(message.data)
+                    elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                          aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        raise EngineUnreachable(f"status stream closed ({message.type.name})")
+        except aiohttp.WSServerHandshakeError as exc:
+            if 400 <= exc.status < 500 and exc.status not in RETRY_LATER:
+                raise EngineAPIError(exc.status, f"status stream refused: {exc.message}") from exc
+            raise EngineUnreachable(f"status stream: HTTP {exc.status} {exc.message}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise EngineUnreachable(f"status stream: {type(exc).__name__} {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise EngineUnreachable("status stream sent something that is not JSON") from exc
+
+
+def _error_text(body: str) -> str:
+    """The engine's own message from an error body (JSON `error`), else the start of the text."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return body.strip()[:300]
+    if isinstance(data, dict):
+        for key in ("error", "message", "detail"):
+            if data.get(key):
+                return str(data[key])[:500]
+    return body.strip()[:300]

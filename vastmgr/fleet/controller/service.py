@@ -13,11 +13,11 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
+from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
 from . import fragments, jobs
-from .engine import EngineRejected, EngineUnreachable
 from .liveness import LIVE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
@@ -268,7 +268,7 @@ class FleetController:
                 answer = await host.client.submit(
                     request_id=str(job.pk), kind=job.kind, profile=job.profile, seed=job.seed,
                     priority=job.priority)
-            except EngineRejected as exc:
+            except EngineAPIError as exc:
                 name = self.machine_names.get(host.machine_id, host.machine_id)
                 await self._publish_job(await database_sync_to_async(jobs.fail)(
                     job.pk, f"the engine on {name} rejected the job: {exc}"))
@@ -320,8 +320,9 @@ class FleetController:
                 except EngineUnreachable:
                     await asyncio.sleep(self.interval)
                     continue
-                except EngineRejected as exc:
-                    record = {"status": "failed", "error": f"engine refused the lookup: {exc}"}
+                except EngineAPIError as exc:
+                    record = None if exc.status == 404 else {
+                        "status": "failed", "error": f"engine refused the lookup: {exc}"}
                 if record is None:
                     # The engine answers but no longer knows the job: it restarted and lost it.
                     job = await database_sync_to_async(jobs.requeue)(
@@ -343,7 +344,7 @@ class FleetController:
         """The job's last partition timings, from /status while the engine still retains it."""
         try:
             snapshot = await client.status()
-        except (EngineUnreachable, EngineRejected):
+        except (EngineUnreachable, EngineAPIError):
             return None
         for pipeline in snapshot.get("pipelines") or []:
             if pipeline.get("request_id") == job_id or pipeline.get("job_id") == record.get("job_id"):
@@ -377,7 +378,7 @@ class FleetController:
         try:
             await live.client.cancel(engine_job_id)
             log.info("cancelled orphaned engine job %s on machine %s", engine_job_id, machine_id)
-        except (EngineUnreachable, EngineRejected) as exc:
+        except (EngineUnreachable, EngineAPIError) as exc:
             log.info("could not cancel orphaned job %s: %s", engine_job_id, exc)
 
     async def _publish_job(self, job: ProofJob | None) -> None:
@@ -406,11 +407,11 @@ class FleetController:
     async def _run_action(self, action: HostAction, live: HostLive) -> None:
         try:
             if action.action == HostAction.Action.PRELOAD:
-                await live.client.srs_preload(action.circuit_id)
+                await live.client.preload(action.circuit_id)
             else:
-                await live.client.srs_evict(action.circuit_id)
+                await live.client.evict(action.circuit_id)
             error = ""
-        except (EngineUnreachable, EngineRejected) as exc:
+        except (EngineUnreachable, EngineAPIError) as exc:
             error = str(exc)
         await database_sync_to_async(_finish_action)(action, error)
         self.actions.discard(action.pk)

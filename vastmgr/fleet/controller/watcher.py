@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from .engine import EngineClient, EngineUnreachable
+from cuzk_engine.daemon.client import EngineClient, EngineError
+
 from .transport import EngineTransport, TransportError
 
 log = logging.getLogger(__name__)
@@ -77,18 +78,20 @@ class HostWatcher:
                 except TransportError as exc:
                     backoff = await self._down(str(exc), backoff)
                     continue
-                client = EngineClient(self.session, endpoint, timeout=max(self.interval, 1.0))
+                client = EngineClient(endpoint.base_url, token=endpoint.token,
+                                      timeout=max(self.interval, 1.0), session=self.session)
                 self.live.client = client
                 try:
                     await self._stream(client)
-                except EngineUnreachable as exc:
+                except EngineError as exc:
                     # Only the stream may be broken (a proxy dropping websockets): polling
                     # decides whether the engine itself is down.
                     log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
                 try:
                     await self._poll(client)
                     backoff = self.interval
-                except EngineUnreachable as exc:
+                except EngineError as exc:
+                    # Unreachable, or refusing us (a wrong token): either way no live data.
                     await self.transport.close()
                     backoff = await self._down(str(exc), backoff)
         finally:
@@ -101,7 +104,7 @@ class HostWatcher:
         return min(backoff * 2, MAX_BACKOFF)
 
     async def _stream(self, client: EngineClient) -> None:
-        async for snapshot in client.stream():
+        async for snapshot in client.stream_snapshots(idle=client.timeout):
             if snapshot is None:
                 # A quiet stream is not proof of life: ask directly before trusting it.
                 self.live.accept(await client.status(), "stream", self.clock())
