@@ -1,5 +1,9 @@
 import sys
 
-from cuzk_engine.cli import main
+try:
+    # Ctrl-C can arrive while the heavy imports below are still running (e.g. under ./dev up).
+    from cuzk_engine.cli import main
 
-sys.exit(main())
+    sys.exit(main())
+except KeyboardInterrupt:
+    sys.exit(130)

@@ -10,23 +10,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
 
+from cuzk_engine.config import default_param_cache
 from cuzk_engine.errors import CuzkError
 
 COMMAND_MODULES = [
     "cuzk_engine.cli.prover",
     "cuzk_engine.cli.engine",
 ]
-
-
-def default_param_cache() -> Path:
-    configured = os.environ.get("CUZK_PARAM_CACHE")
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "cuzk_engine" / "params"
 
 
 def add_param_cache_argument(parser: argparse.ArgumentParser) -> None:
