@@ -1,0 +1,117 @@
+"""The fan-out path in one process, as `bench_fanout` runs it: the load generator's simulated
+engines → the fleet controller → the consumers → viewers. Every host's final seq must reach
+every viewer, no row may go back in seq, and host panels go only where someone watches."""
+
+import asyncio
+import re
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
+from vastmgr.asgi import application
+from vastmgr.fleet.controller import fragments
+from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
+from vastmgr.fleet.controller.publish import LayerPublisher
+from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
+from vastmgr.fleet.models import Machine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOSTS, FLEET_VIEWERS, RATE, LOAD_SECONDS = 5, 2, 10.0, 2.0
+PANEL_SEQ = re.compile(r'id="host-(\d+)-panel".*?· seq (\d+)', re.DOTALL)
+
+
+class ShiftedClock:
+    """Real time, plus jumps the test makes to get past the controller's start-up window."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+class RecordingPublisher(LayerPublisher):
+    def __init__(self):
+        super().__init__()
+        self.groups: list[str] = []
+
+    async def send(self, messages):
+        self.groups.extend(group for group, _ in messages)
+        return await super().send(messages)
+
+
+async def read_into(ws: WebsocketCommunicator, record) -> None:
+    # No short timeout: on a timeout the communicator cancels the consumer it drives.
+    while True:
+        record(await ws.receive_from(timeout=3600), time.time())
+
+
+async def test_every_final_state_reaches_every_viewer_in_seq_order():
+    loadgen = LoadGenerator(HOSTS, RATE)
+    loadgen.running = False
+    await loadgen.start()
+    machines = await database_sync_to_async(lambda: [
+        Machine.objects.create(name=f"lg-{i}", provider="local", host="127.0.0.1",
+                               engine_port=port) for i, port in enumerate(loadgen.ports)])()
+    index = {m.pk: i for i, m in enumerate(machines)}
+    watched = machines[0].pk
+    clock = ShiftedClock()
+    publisher = RecordingPublisher()
+    controller = FleetController(publisher=publisher, clock=clock, tick=0.2)
+    stop = asyncio.Event()
+    running = asyncio.create_task(controller.run(stop))
+
+    def sent_at(machine_id, seq):
+        return loadgen.sent_at[index[machine_id]].get(seq)
+
+    cookie = await database_sync_to_async(session_cookie)()
+    sockets, readers = [], []
+    fleet_logs = [ViewerLog(sent_at) for _ in range(FLEET_VIEWERS)]
+    panel_seqs: list[int] = []
+
+    def record_panel(html, _now):
+        panel_seqs.extend(int(seq) for machine_id, seq in PANEL_SEQ.findall(html)
+                          if int(machine_id) == watched)
+
+    try:
+        for path, record in [*(("/ws/fleet/", log.record) for log in fleet_logs),
+                             (f"/ws/hosts/{watched}/", record_panel)]:
+            ws = WebsocketCommunicator(application, path, headers=ws_headers(cookie))
+            assert (await ws.connect())[0]
+            sockets.append(ws)
+            readers.append(asyncio.create_task(read_into(ws, record)))
+        await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].connected
+                                     for m in machines))
+        # Past the window in which a just-started controller renders every page: from here
+        # on, pages are rendered only for the viewers that announced themselves.
+        clock.offset += RENEW_EVERY + BLIND_SLACK + 1
+        await asyncio.sleep(0.5)
+        publisher.groups.clear()
+
+        loadgen.running = True
+        await asyncio.sleep(LOAD_SECONDS)
+        loadgen.running = False
+        final = {m.pk: loadgen.seq[index[m.pk]] for m in machines}
+        assert all(seq > 0 for seq in final.values())
+
+        await wait_until(lambda: all(log.shown == final for log in fleet_logs)
+                         and panel_seqs and panel_seqs[-1] == final[watched], timeout=20)
+        for log in fleet_logs:
+            assert log.out_of_order == 0
+            assert log.latencies  # the rows carried seqs the load generator sent
+        assert panel_seqs == sorted(panel_seqs)
+        pushed_panels = {g for g in publisher.groups if g.startswith("host.")}
+        assert pushed_panels == {fragments.host_group(watched)}
+    finally:
+        for task in readers:
+            task.cancel()
+        stop.set()
+        await running
+        for ws in sockets:
+            await ws.disconnect()
+        await loadgen.stop()
