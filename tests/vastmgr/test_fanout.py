@@ -3,7 +3,9 @@ engines → the fleet controller → the consumers → viewers. Every host's fin
 every viewer, no row may go back in seq, and host panels go only where someone watches."""
 
 import asyncio
+import os
 import re
+import secrets
 import time
 
 import pytest
@@ -23,6 +25,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 HOSTS, FLEET_VIEWERS, RATE, LOAD_SECONDS = 5, 2, 10.0, 2.0
 PANEL_SEQ = re.compile(r'id="host-(\d+)-panel".*?· seq (\d+)', re.DOTALL)
+REDIS_URL = os.environ.get("TEST_REDIS_URL")
+
+
+@pytest.fixture(params=["in-memory", pytest.param("redis", marks=[
+    pytest.mark.scaleout,
+    pytest.mark.skipif(not REDIS_URL, reason="TEST_REDIS_URL is unset (.ci/run starts Redis)")])])
+def channel_layer(request, settings):
+    """The in-process layer of embedded mode, or Redis as several daphne processes share it
+    (watch announcements then travel through Redis to the controller's own channel)."""
+    if request.param == "redis":
+        settings.CHANNEL_LAYERS = {"default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"fanout-{secrets.token_hex(4)}"}}}
+    return request.param
 
 
 class ShiftedClock:
@@ -51,7 +67,7 @@ async def read_into(ws: WebsocketCommunicator, record) -> None:
         record(await ws.receive_from(timeout=3600), time.time())
 
 
-async def test_every_final_state_reaches_every_viewer_in_seq_order():
+async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer):
     loadgen = LoadGenerator(HOSTS, RATE)
     loadgen.running = False
     await loadgen.start()
