@@ -5,6 +5,7 @@ import asyncio
 
 import aiohttp
 import pytest
+from aiohttp import web
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
@@ -97,3 +98,32 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         await controller.shutdown()
         await ws.disconnect()
         await asyncio.sleep(0)
+
+
+async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the_reason():
+    async def refuse(request):
+        return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/status", refuse)
+    app.router.add_get("/v1/status/stream", refuse)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="wrong-token", provider="local", host="127.0.0.1",
+        engine_port=runner.addresses[0][1], engine_token="not-the-engines")
+    controller = FleetController(publisher=LayerPublisher(), interval=0.5)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        # The refusal is an answer, not an outage: the watcher keeps trying and says why.
+        await wait_until(lambda: "wrong bearer token" in controller.hosts[machine.pk].error)
+        assert not controller.watchers[machine.pk].done()
+        await controller.tick()
+        status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
+        assert not status.connected and "HTTP 401" in status.error
+    finally:
+        await controller.shutdown()
+        await runner.cleanup()
