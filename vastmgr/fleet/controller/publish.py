@@ -4,6 +4,9 @@ With Redis (scale-out) the controller writes to the shared channel layer directl
 embedded mode the channel layer is in-memory and lives inside the daphne process, so the
 controller hands its batches to daphne over a websocket (`/ws/relay/`) that only a holder of
 the relay token (derived from SECRET_KEY, which both processes share) may open.
+
+The other direction, viewers announcing what they watch (see `watching`), reaches the
+controller through its own channel on the shared layer, or back over the relay socket.
 """
 
 from __future__ import annotations
