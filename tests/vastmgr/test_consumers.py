@@ -120,3 +120,30 @@ async def test_relay_needs_the_token_and_forwards_batches_to_groups():
     assert await viewer.receive_from(timeout=2) == '<tr id="host-1-row"></tr>'
     await relay.disconnect()
     await viewer.disconnect()
+
+
+async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
+    """Embedded mode: the controller renders a page only while someone watches it, and learns
+    who does from the announcements daphne forwards on the relay socket."""
+    machine = await make_machine()
+    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+        (b"origin", b"http://127.0.0.1"),
+        (b"authorization", f"Bearer {relay_token()}".encode())])
+    assert (await relay.connect())[0]
+    cookie = await database_sync_to_async(session_cookie)()
+    for path, group in (("/ws/fleet/", "fleet"), (f"/ws/hosts/{machine.pk}/", f"host.{machine.pk}")):
+        viewer, connected, _ = await connect(path, cookie)
+        assert connected
+        joined = await relay.receive_json_from(timeout=5)
+        assert joined["type"] == "watch" and joined["group"] == group and joined["watching"]
+        await viewer.receive_from(timeout=5)
+        await viewer.disconnect()
+        left = await relay.receive_json_from(timeout=5)
+        assert (left["group"], left["channel"], left["watching"]) == (group, joined["channel"],
+                                                                      False)
+    job = await database_sync_to_async(ProofJob.objects.create)(kind="winning-post", seed=3)
+    viewer, connected, _ = await connect(f"/ws/proofs/{job.pk}/", cookie)
+    await viewer.receive_from(timeout=5)
+    assert await relay.receive_nothing(timeout=0.3)  # proof pages are always pushed
+    await viewer.disconnect()
+    await relay.disconnect()
