@@ -73,6 +73,38 @@ async def test_host_goes_live_then_stale_then_offline(engine):
         await ws.disconnect()
 
 
+async def test_an_idle_engine_stays_live_in_pages_rendered_from_the_database(
+        engine, client, django_user_model):
+    """An idle engine answers with the same seq again and again; the stored last_seen must keep
+    up, or every fresh page render (and the browser's 'last seen' count) would call it stale."""
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
+    clock = FakeClock()
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        await wait_until(lambda: controller.hosts[machine.pk].connected)
+        await controller.tick()
+        seq = controller.hosts[machine.pk].seq
+        for _ in range(5):  # 5 intervals: well past the 3 after which a silent host is stale
+            clock.advance(1.0)
+            await wait_until(lambda: controller.hosts[machine.pk].last_seen == clock.now)
+            await controller.tick()
+        assert controller.hosts[machine.pk].seq == seq  # nothing changed on the engine
+
+        stored = await database_sync_to_async(Machine.objects.get)(pk=machine.pk)
+        assert clock.now - stored.last_seen.timestamp() <= 1.5
+        user = await database_sync_to_async(django_user_model.objects.create_user)(
+            "viewer", password="pw-for-tests-1")
+        await database_sync_to_async(client.force_login)(user)
+        page = await database_sync_to_async(client.get)("/")
+        row = page.content.decode().split(f'id="host-{machine.pk}-row"')[1].split("</tr>")[0]
+        assert "badge-live" in row, row
+    finally:
+        await controller.shutdown()
+
+
 async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine):
     machine = await database_sync_to_async(Machine.objects.create)(
         name="local", provider="local", host="127.0.0.1", engine_port=engine.port)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 LIVE, STALE, OFFLINE = "live", "stale", "offline"
 STALE_AFTER_INTERVALS = 3
+# An idle engine answers without a new seq. Its stored last_seen is still rewritten (and its row
+# re-pushed) this often, so a page rendered from the database, or a browser counting "last seen"
+# up between pushes, never shows a live host as stale.
+HEARTBEAT_INTERVALS = 1.5
 
 
 def connection_state(connected: bool, last_seen: float | None, interval: float,

@@ -18,7 +18,7 @@ from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Mach
 from vastmgr.proofs.models import ProofJob
 
 from . import fragments, jobs
-from .liveness import LIVE, connection_state
+from .liveness import HEARTBEAT_INTERVALS, LIVE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
 from .transport import TransportError, transport_for
@@ -43,6 +43,7 @@ class FleetController:
         self.history_keep = history_keep
         self.hosts: dict[int, HostLive] = {}
         self.pushed: dict[int, str] = {}  # connection state last pushed per host
+        self.pushed_seen: dict[int, float] = {}  # last_seen last pushed and written per host
         self.watchers: dict[int, asyncio.Task] = {}
         self.waiters: dict[str, asyncio.Task] = {}
         self.actions: set[int] = set()
@@ -140,9 +141,14 @@ class FleetController:
         changed = []
         for machine_id, live in self.hosts.items():
             state = connection_state(live.connected, live.last_seen, self.interval, now)
-            if live.changed or self.pushed.get(machine_id) != state:
+            heartbeat = (live.last_seen is not None and live.last_seen
+                         - self.pushed_seen.get(machine_id, float("-inf"))
+                         >= HEARTBEAT_INTERVALS * self.interval)
+            if live.changed or heartbeat or self.pushed.get(machine_id) != state:
                 live.changed = False
                 self.pushed[machine_id] = state
+                if live.last_seen is not None:
+                    self.pushed_seen[machine_id] = live.last_seen
                 changed.append(machine_id)
         return changed
 
