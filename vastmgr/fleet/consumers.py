@@ -25,6 +25,13 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
 
+async def refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
+    """Complete the handshake, then close with `code`: closing before accepting makes the
+    server reject the handshake with HTTP 403, and the browser would never see the code."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 class FragmentConsumer(AsyncWebsocketConsumer):
     """Joins one channel-layer group and relays `fragment` messages."""
 
@@ -40,10 +47,10 @@ class FragmentConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         if not await self.exists():
-            await self.close(code=CLOSE_NOT_FOUND)
+            await refuse(self, CLOSE_NOT_FOUND)
             return
         self.group = self.get_group()
         # Join before rendering, so an update published meanwhile is delivered after the
@@ -144,7 +151,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         headers = dict(self.scope.get("headers") or [])
         offered = headers.get(b"authorization", b"").decode("latin-1")
         if not hmac.compare_digest(offered, f"Bearer {relay_token()}"):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(CONTROLLER_GROUP, self.channel_name)
         self.joined = True
