@@ -1,9 +1,12 @@
 """Server-rendered pages share their fragments with the socket; forms report errors inline."""
 
+import re
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet.models import HostAction, HostStatus, Machine
+from vastmgr.fleet.models import HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +43,18 @@ def test_host_page_shows_the_engine_panel_and_srs_evict(admin_client, machine):
     assert f'id="host-{machine.pk}-panel"' in html and "winning-post.tiny" in html
     assert "fill-bad" in html  # 90% of the memory budget
     assert admin_client.get("/hosts/999/").status_code == 404
+
+
+def test_host_charts_label_the_headline_with_the_age_of_its_sample(admin_client, machine):
+    now = timezone.now()
+    for age, busy, done in [(130, 1.0, 10), (70, 1.0, 14)]:
+        HostSample.objects.create(machine=machine, time=now - timedelta(seconds=age),
+                                  busy_fraction=busy, proofs_completed=done)
+    html = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    charts = html.split(f'id="host-{machine.pk}-charts"')[1]
+    # 70 s old when written, a second more if the clock ticks over while the page renders
+    assert re.search(r"<b>100%</b> <small>in the sample of 7[01] s ago</small>", charts)
+    assert re.search(r"<b>4.0</b> <small>in the sample of 7[01] s ago</small>", charts)  # 4/min
 
 
 def test_srs_actions_are_queued_for_the_controller_and_bad_ids_are_refused(admin_client, machine):

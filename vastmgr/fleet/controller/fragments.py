@@ -251,6 +251,9 @@ def chart_series(machine: Machine, now: float) -> dict:
         "busy_points": " ".join(f"{x},{100 - y:.1f}" for x, y in busy),
         "rate_points": " ".join(f"{x},{100 - 100 * y / peak:.1f}" for x, y in rate),
         "rate_peak": round(peak, 1),
+        # The headline numbers are the newest sample's, labelled with its age: between samples
+        # an engine can have gone idle, and an unlabelled "busy 100%" would then be a lie.
+        "sample_ago": round(now - samples[-1][0].timestamp()) if busy else None,
         "busy_now": round(busy[-1][1]) if busy else None,
         "rate_now": round(rate[-1][1], 1) if rate else None,
         "samples": len(busy),
