@@ -4,6 +4,9 @@ import itertools
 
 from aiohttp import web
 
+# The parsed JSON body, read once by the middleware for the request log.
+BODY = web.RequestKey("body", object)
+
 
 class FakeVast:
     def __init__(self, api_key: str, *, page_size: int = 25, ssh_endpoint=("127.0.0.1", 22),
@@ -63,7 +66,7 @@ class FakeVast:
             if request.path.startswith(fault[0]):
                 self.faults.remove(fault)
                 return web.json_response(fault[2], status=fault[1])
-        request["body"] = body
+        request[BODY] = body
         return await handler(request)
 
     @staticmethod
@@ -75,7 +78,7 @@ class FakeVast:
         return all(ops[op](value, expected) for op, expected in condition.items())
 
     async def search(self, request):
-        query = request["body"]
+        query = request[BODY]
         filters = {k: v for k, v in query.items() if isinstance(v, dict)}
         offers = [o for o in self.offers.values()
                   if all(self._matches(o.get(k), cond) for k, cond in filters.items())]
@@ -86,7 +89,7 @@ class FakeVast:
         if offer is None:
             return web.json_response({"success": False, "error": "no_such_ask",
                                       "msg": "Instance type no longer available"}, status=404)
-        body = request["body"]
+        body = request[BODY]
         if not body.get("image") or body.get("client_id") != "me" or \
                 not isinstance(body.get("env"), dict):
             return web.json_response({"success": False, "error": "invalid_args"}, status=400)
@@ -132,6 +135,6 @@ class FakeVast:
         if instance is None:
             return web.json_response({"success": False, "error": "no_such_instance"},
                                      status=404)
-        instance.setdefault("ssh_keys", []).append(request["body"]["ssh_key"])
-        self.on_ssh_key(request["body"]["ssh_key"])
+        instance.setdefault("ssh_keys", []).append(request[BODY]["ssh_key"])
+        self.on_ssh_key(request[BODY]["ssh_key"])
         return web.json_response({"success": True})
