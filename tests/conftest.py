@@ -1,6 +1,10 @@
 import os
 import socket
 import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float, died: Callable[[], str | None] = lambda: None) -> int:
+    """Poll `url` until it answers and return its status; fail at once with `died()`'s message
+    when a process the answer depends on has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if message := died():
+            raise AssertionError(message)
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
 
 
 @pytest.fixture

@@ -45,24 +45,22 @@ def _check(point, what: str):
     return point
 
 
-def g1_from_compressed(data: bytes, what: str = "G1 point"):
-    if len(data) != G1_COMPRESSED:
-        raise ProofFormatError(f"{what}: expected {G1_COMPRESSED} bytes, got {len(data)}")
+def _from_compressed(group, size: int, name: str, data: bytes, what: str):
+    if len(data) != size:
+        raise ProofFormatError(f"{what}: expected {size} bytes, got {len(data)}")
     try:
-        point = G1Point.from_compressed_bytes_unchecked(bytes(data))
+        point = group.from_compressed_bytes_unchecked(bytes(data))
     except ValueError as exc:
-        raise ProofFormatError(f"{what}: not a valid compressed G1 point ({exc})") from None
+        raise ProofFormatError(f"{what}: not a valid compressed {name} point ({exc})") from None
     return _check(point, what)
+
+
+def g1_from_compressed(data: bytes, what: str = "G1 point"):
+    return _from_compressed(G1Point, G1_COMPRESSED, "G1", data, what)
 
 
 def g2_from_compressed(data: bytes, what: str = "G2 point"):
-    if len(data) != G2_COMPRESSED:
-        raise ProofFormatError(f"{what}: expected {G2_COMPRESSED} bytes, got {len(data)}")
-    try:
-        point = G2Point.from_compressed_bytes_unchecked(bytes(data))
-    except ValueError as exc:
-        raise ProofFormatError(f"{what}: not a valid compressed G2 point ({exc})") from None
-    return _check(point, what)
+    return _from_compressed(G2Point, G2_COMPRESSED, "G2", data, what)
 
 
 def scalar(value: int) -> Scalar:

@@ -7,14 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, wait_for_http
 from tests.vastmgr import live_engine
 
 param_cache = live_engine.param_cache
@@ -63,17 +61,8 @@ OBSERVE_PHASES = """
 """
 
 
-def wait_for_http(url: str, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the stack exited with {proc.returncode} before {what} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.3)
-    raise AssertionError(f"{what} ({url}) did not answer within {START_TIMEOUT}s")
+def stack_exited(proc: subprocess.Popen) -> Callable[[], str | None]:
+    return lambda: proc.poll() is not None and f"the stack exited with {proc.returncode}"
 
 
 @pytest.fixture
@@ -89,8 +78,8 @@ def stack(tmp_path, clean_env, param_cache):
              "--engine-listen", f"127.0.0.1:{engine_port}"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", proc, "the dashboard")
-        wait_for_http(f"http://127.0.0.1:{engine_port}/status", proc, "the engine")
+        wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", START_TIMEOUT, stack_exited(proc))
+        wait_for_http(f"http://127.0.0.1:{engine_port}/status", START_TIMEOUT, stack_exited(proc))
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGINT)

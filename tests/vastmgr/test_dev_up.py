@@ -2,26 +2,12 @@
 
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for_http
 
 STARTUP_TIMEOUT = 120
-
-
-def wait_for(url: str, proc: subprocess.Popen) -> int:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"./dev up exited early with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {STARTUP_TIMEOUT}s")
 
 
 def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
@@ -29,8 +15,13 @@ def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
     env = {**clean_env, "VASTMGR_ADMIN_USER": "ops", "VASTMGR_ADMIN_PASSWORD": "pw-for-tests-1"}
     proc = subprocess.Popen([str(repo / "dev"), "up", "--port", str(port)], cwd=repo, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def exited() -> str | None:
+        return f"./dev up exited with {proc.returncode}" if proc.poll() is not None else None
+
     try:
-        assert wait_for(f"http://127.0.0.1:{port}/accounts/login/", proc) == 200
+        assert wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", STARTUP_TIMEOUT,
+                             exited) == 200
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)

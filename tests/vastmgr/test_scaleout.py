@@ -14,8 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -24,7 +23,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, wait_for_http
 from tests.vastmgr import live_engine
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN
 
@@ -107,18 +106,13 @@ class Stack:
         return "\n".join(f"--- {p.name} ---\n{p.output()[-3000:]}" for p in self.processes)
 
 
-def wait_for_http(url: str, processes: list[Process]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+def any_exited(processes: list[Process]) -> Callable[[], str | None]:
+    def check() -> str | None:
         for p in processes:
             if p.proc.poll() is not None:
-                raise AssertionError(f"{p.name} exited with {p.proc.returncode}:\n{p.output()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {START_TIMEOUT}s")
+                return f"{p.name} exited with {p.proc.returncode}:\n{p.output()}"
+        return None
+    return check
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +149,11 @@ def stack(database_url, param_cache, tmp_path_factory):
                 proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out,
                                         stderr=subprocess.STDOUT)
             processes.append(Process(name, proc, log))
-        wait_for_http(f"http://127.0.0.1:{engine_port}/status", processes)
+        wait_for_http(f"http://127.0.0.1:{engine_port}/status", START_TIMEOUT,
+                      any_exited(processes))
         for port in ports:
-            wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", processes)
+            wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", START_TIMEOUT,
+                          any_exited(processes))
         [(machine_id,)] = query(database_url, "SELECT id FROM fleet_machine WHERE name = %s",
                                 machine_name)
         yield Stack([f"http://127.0.0.1:{port}" for port in ports], machine_id, machine_name,

@@ -1,6 +1,7 @@
 """WebSocket consumers: each joins a group, sends the full current state, then relays the
 controller's `fragment` messages (htmx OOB swaps by element id)."""
 
+import abc
 import asyncio
 import contextlib
 import hmac
@@ -32,7 +33,7 @@ async def refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
     await consumer.close(code=code)
 
 
-class FragmentConsumer(AsyncWebsocketConsumer):
+class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
     """Joins one channel-layer group and relays `fragment` messages."""
 
     group = ""
@@ -98,8 +99,9 @@ class FragmentConsumer(AsyncWebsocketConsumer):
     async def exists(self) -> bool:
         return True
 
+    @abc.abstractmethod
     def current_state(self) -> str:
-        raise NotImplementedError
+        """The full HTML state of the page, sent first on every (re)connect."""
 
 
 class FleetConsumer(FragmentConsumer):
