@@ -9,6 +9,7 @@ no latency.
 """
 
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -20,6 +21,7 @@ from pathlib import Path
 import aiohttp
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
@@ -56,6 +58,7 @@ class Command(BaseCommand):
     def handle(self, *args, hosts, viewers, rate, duration, **options):
         if min(hosts, viewers) < 1 or rate <= 0 or duration <= 0:
             raise CommandError("--hosts and --viewers must be >= 1; --rate and --duration > 0")
+        call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
         asyncio.run(self.bench(hosts, viewers, rate, duration))
 
     async def bench(self, hosts, viewers, rate, duration):
@@ -69,7 +72,7 @@ class Command(BaseCommand):
         python, manage = sys.executable, str(Path(__file__).resolve().parents[4] / "manage.py")
         daphne = await asyncio.to_thread(
             subprocess.Popen, [python, "-m", "daphne", "-p", str(port), "vastmgr.asgi:application"],
-            stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         controller = await asyncio.to_thread(
             subprocess.Popen, [python, manage, "run_fleet", "--dashboard-url",
                                f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL)
@@ -153,19 +156,32 @@ class Command(BaseCommand):
             log.record(message.data, time.time())
 
     def report(self, hosts, viewers, rate, logs, cpu, lost, loadgen):
-        sent = sum(loadgen.seq)
-        latencies = [x for log in logs for x in log.latencies]
-        received = sum(log.messages for log in logs)
-        megabytes = sum(log.bytes for log in logs) / 1e6
+        latencies = sorted(x for log in logs for x in log.latencies)
+        result = {
+            "hosts": hosts, "viewers": viewers, "rate": rate,
+            "snapshots_sent": sum(loadgen.seq), "row_deliveries_measured": len(latencies),
+            "messages_received": sum(log.messages for log in logs),
+            "megabytes_received": round(sum(log.bytes for log in logs) / 1e6, 1),
+            "latency_ms": {
+                "p50": round(statistics.median(latencies) * 1000),
+                "p99": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1000),
+                "max": round(latencies[-1] * 1000),
+            } if latencies else None,
+            "cpu_share_of_one_core": {name: round(share, 3) for name, share in cpu.items()},
+            "rows_back_in_seq": sum(log.out_of_order for log in logs),
+            "final_states_lost": lost,
+        }
+        self.stdout.write(json.dumps(result, indent=1))
         self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s: "
-                          f"{sent} snapshots sent, {len(latencies)} row deliveries measured")
-        self.stdout.write(f"viewers received {received} messages, {megabytes:.1f} MB in all")
+                          f"{result['snapshots_sent']} snapshots sent, "
+                          f"{len(latencies)} row deliveries measured")
+        self.stdout.write(f"viewers received {result['messages_received']} messages, "
+                          f"{result['megabytes_received']} MB in all")
         if latencies:
-            ordered = sorted(latencies)
-            p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-            self.stdout.write(f"latency engine→browser: p50 {statistics.median(ordered) * 1000:.0f} ms"
-                              f", p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
+            ms = result["latency_ms"]
+            self.stdout.write(f"latency engine→browser: p50 {ms['p50']} ms, p99 {ms['p99']} ms, "
+                              f"max {ms['max']} ms")
         for name, share in cpu.items():
             self.stdout.write(f"cpu {name}: {share * 100:.0f}% of one core")
-        self.stdout.write(f"rows that went back in seq: {sum(log.out_of_order for log in logs)}")
+        self.stdout.write(f"rows that went back in seq: {result['rows_back_in_seq']}")
         self.stdout.write(f"final states lost: {lost}")
