@@ -4,6 +4,7 @@ Minutes everywhere, because that is how operators think about host timeouts.
 """
 
 import os
+import shlex
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -35,6 +36,14 @@ def _env_float(name: str, default: float | None) -> float | None:
     return value
 
 
+def _env_args(name: str) -> tuple[str, ...]:
+    raw = os.environ.get(name, "")
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a shell-quoted argument list ({exc})") from None
+
+
 @dataclass(frozen=True)
 class RemoteSettings:
     vast_url: str = DEFAULT_VAST_URL
@@ -43,6 +52,9 @@ class RemoteSettings:
     auto_destroy_idle_min: float | None = None
     alert_webhook_url: str = ""
     offline_alert_min: float = 5.0
+    # Extra `pip install` arguments for provisioning: a private index, or an offline host's
+    # `--no-index --find-links DIR`.
+    provision_pip_args: tuple[str, ...] = ()
 
     @classmethod
     def load(cls) -> "RemoteSettings":
@@ -66,4 +78,5 @@ class RemoteSettings:
             auto_destroy_idle_min=_env_float("VASTMGR_AUTO_DESTROY_IDLE_MIN", None),
             alert_webhook_url=webhook,
             offline_alert_min=_env_float("VASTMGR_OFFLINE_ALERT_MIN", 5.0),
+            provision_pip_args=_env_args("VASTMGR_PROVISION_PIP_ARGS"),
         )

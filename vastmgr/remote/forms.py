@@ -3,6 +3,8 @@ from django import forms
 
 from vastmgr.fleet.models import Machine
 
+DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
+
 
 class SecretTextarea(forms.Textarea):
     """A textarea that never renders its value back: a re-shown form must not echo a key."""
@@ -16,6 +18,10 @@ class AddHostForm(forms.Form):
     host = forms.CharField(max_length=255)
     ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
     ssh_user = forms.CharField(max_length=64, initial="root")
+    engine_port = forms.IntegerField(
+        min_value=1, max_value=65535, required=False, initial=DEFAULT_ENGINE_PORT,
+        help_text="A free port on the host's loopback for the engine (reached through the "
+                  "SSH tunnel); empty for the default")
     private_key = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 4}),
                                   help_text="Stored encrypted; never shown again")
     key_file = forms.CharField(required=False, max_length=500,
@@ -28,6 +34,9 @@ class AddHostForm(forms.Form):
         if Machine.objects.filter(name=name).exists():
             raise forms.ValidationError("a machine with this name exists")
         return name
+
+    def clean_engine_port(self):
+        return self.cleaned_data["engine_port"] or DEFAULT_ENGINE_PORT
 
     def clean(self):
         data = super().clean()

@@ -24,6 +24,7 @@ from cuzk_engine.errors import CuzkError
 from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
 
+from .conf import RemoteSettings
 from .lifecycle import Automation
 from .models import RemoteHost
 from .ssh import LinkPool, MachineLink, SSHError
@@ -51,6 +52,10 @@ class ProvisionPlan:
     use_systemd: bool | None = None  # None: a systemd user manager when the host has one
     health_timeout_s: float = 120
     step_timeout_s: float = 3600
+
+    @classmethod
+    def from_settings(cls, settings: RemoteSettings) -> "ProvisionPlan":
+        return cls(pip_args=settings.provision_pip_args)
 
 
 _wheel_lock = asyncio.Lock()
@@ -86,9 +91,9 @@ class Provisioner:
                  link: MachineLink | None = None, automation: Automation | None = None,
                  progress: Progress | None = None):
         self.machine_id = machine_id
-        self.plan = plan or ProvisionPlan()
-        self.link = link or LinkPool().get(machine_id)
         self.automation = automation or Automation()
+        self.plan = plan or ProvisionPlan.from_settings(self.automation.settings)
+        self.link = link or LinkPool().get(machine_id)
         self._progress = progress
         self.base = ""
         self.relative = ""

@@ -5,6 +5,7 @@ local port forwarded over the machine's one SSH link, so the engine is never exp
 """
 
 from vastmgr.fleet.controller.transport import EngineEndpoint, EngineTransport, TransportError
+from vastmgr.fleet.models import Machine
 
 from .ssh import LinkPool, SSHError
 
@@ -15,8 +16,6 @@ shared_pool = LinkPool()
 class SSHTunnelTransport(EngineTransport):
     def __init__(self, machine, pool: LinkPool | None = None):
         self.machine_id = machine.pk
-        self.engine_port = machine.engine_port
-        self.token = machine.engine_token or None
         self.pool = pool or shared_pool
 
     @classmethod
@@ -24,11 +23,17 @@ class SSHTunnelTransport(EngineTransport):
         return cls(machine)
 
     async def connect(self) -> EngineEndpoint:
+        # Read the port and token on every connect: the controller starts watching a host as
+        # soon as it is added, and provisioning writes the engine's token only later.
         try:
-            port = await self.pool.get(self.machine_id).tunnel(self.engine_port)
+            machine = await Machine.objects.aget(pk=self.machine_id)
+        except Machine.DoesNotExist:
+            raise TransportError(f"machine {self.machine_id} no longer exists") from None
+        try:
+            port = await self.pool.get(self.machine_id).tunnel(machine.engine_port)
         except SSHError as exc:
             raise TransportError(str(exc)) from None
-        return EngineEndpoint(f"http://127.0.0.1:{port}", self.token)
+        return EngineEndpoint(f"http://127.0.0.1:{port}", machine.engine_token or None)
 
     async def close(self) -> None:
         await self.pool.drop(self.machine_id)

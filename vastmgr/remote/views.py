@@ -1,3 +1,6 @@
+import asyncio
+
+import asyncssh
 from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -11,9 +14,12 @@ from vastmgr.fleet.models import Event, Machine
 from . import background, vast
 from .forms import AddHostForm, ApiKeyForm, OfferSearchForm
 from .models import RemoteHost, Secret
-from .provision import Provisioner
+from .provision import Provisioner, ProvisionError
 from .secrets import SecretUnavailable
-from .ssh import SSHError
+from .ssh import Backoff, MachineLink, SSHError
+
+# Destroying waits this long for the engine on an SSH host to stop before giving up on it.
+ENGINE_STOP_TIMEOUT_S = 60
 
 
 @staff_member_required
@@ -25,7 +31,7 @@ def add_host(request):
             machine = Machine.objects.create(
                 name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
                 ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
-                price_per_hour=data["price_per_hour"])
+                engine_port=data["engine_port"], price_per_hour=data["price_per_hour"])
             remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
                                                billing_started=machine.created)
             if data["private_key"].strip():
@@ -105,8 +111,31 @@ def _destroy(machine: Machine, reason: str) -> None:
     if machine.provider == Machine.Provider.VAST:
         async_to_sync(vast.destroy)(vast.VastClient.from_settings(), machine, reason)
     elif machine.state != Machine.State.KILLED:
+        if machine.provider == Machine.Provider.SSH and machine.engine_token:
+            _stop_engine(machine)
         vast.end_billing(machine)
         machine.kill(reason)
+
+
+def _stop_engine(machine: Machine) -> None:
+    """An SSH host outlives its machine row: stop the engine provisioning started there (a
+    token means it was configured), or say in an Event why it may still run."""
+    try:
+        async_to_sync(_stop_remote_engine)(machine.pk)
+    except (SSHError, ProvisionError, SecretUnavailable, asyncssh.Error, OSError,
+            TimeoutError) as exc:
+        Event.record("remote", f"{machine.name}: the engine could not be stopped "
+                               f"({exc or type(exc).__name__}); it may still run on the host",
+                     machine=machine, level=Event.Level.WARNING)
+
+
+async def _stop_remote_engine(machine_id: int) -> None:
+    provisioner = Provisioner(machine_id,
+                              link=MachineLink(machine_id, backoff=Backoff(attempts=2)))
+    try:
+        await asyncio.wait_for(provisioner.stop(), ENGINE_STOP_TIMEOUT_S)
+    finally:
+        await provisioner.link.close()
 
 
 def offers(request):

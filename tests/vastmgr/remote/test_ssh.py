@@ -122,6 +122,7 @@ async def test_the_controller_transport_tunnels_to_the_engine_on_the_hosts_loopb
     machine = await Machine.objects.aget(pk=ssh_machine.pk)
     machine.engine_port = engine_port
     machine.engine_token = "engine-token"
+    await machine.asave(update_fields=["engine_port", "engine_token"])
 
     transport = transport_for(machine)
     try:
