@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -128,3 +130,19 @@ async def wait_until(predicate, timeout: float = 30.0, every: float = 0.1):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def running_controller(**options):
+    """A fleet controller running its own loop (fast ticks) for the duration of the block."""
+    from vastmgr.fleet.controller.publish import LayerPublisher
+    from vastmgr.fleet.controller.service import FleetController
+
+    controller = FleetController(publisher=LayerPublisher(), tick=0.2, interval=0.5, **options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+    try:
+        yield controller
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)

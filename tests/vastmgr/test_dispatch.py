@@ -1,8 +1,6 @@
 """Dispatch end to end: the Django view queues a proof, the controller sends it to a real
 engine (tiny profile), and the result lands in the row, re-verified by the dashboard."""
 
-import asyncio
-import contextlib
 
 import pytest
 from channels.db import database_sync_to_async
@@ -10,26 +8,12 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tests.vastmgr import live_engine
-from tests.vastmgr.live_engine import wait_until
-from vastmgr.fleet.controller.publish import LayerPublisher
-from vastmgr.fleet.controller.service import FleetController
+from tests.vastmgr.live_engine import running_controller, wait_until
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
 engine, param_cache = live_engine.engine, live_engine.param_cache
-
-
-@contextlib.asynccontextmanager
-async def running_controller(**options):
-    controller = FleetController(publisher=LayerPublisher(), tick=0.2, interval=0.5, **options)
-    stop = asyncio.Event()
-    task = asyncio.create_task(controller.run(stop))
-    try:
-        yield controller
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 20)
 
 
 def logged_in_client() -> Client:

@@ -17,9 +17,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tests.conftest import free_port
-from tests.vastmgr.live_engine import wait_until
-from vastmgr.fleet.controller.publish import LayerPublisher
-from vastmgr.fleet.controller.service import FleetController
+from tests.vastmgr.live_engine import running_controller, wait_until
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -72,18 +70,6 @@ async def dashboard_host(tmp_path, client_key, monkeypatch):
         for thread in threading.enumerate():
             if thread.name.endswith(HOST_NAME):
                 await asyncio.to_thread(thread.join, 60)
-
-
-@contextlib.asynccontextmanager
-async def running_controller():
-    controller = FleetController(publisher=LayerPublisher(), tick=0.2, interval=0.5)
-    stop = asyncio.Event()
-    task = asyncio.create_task(controller.run(stop))
-    try:
-        yield controller
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 20)
 
 
 @database_sync_to_async
