@@ -534,36 +534,45 @@ class Engine:
         return proof, (t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0, held_ms
 
     async def _device_worker(self, worker_id: int, device: Device) -> None:
-        loop = asyncio.get_running_loop()
         split = self.config.pipeline.split_prove
-        pool = self._device_pools[device.ordinal]
         while True:
             item = await self._next_gpu_item()
-            job = item.job
-            token = self.tracker.worker_pickup(worker_id, job.job_id, item.index)
-            if token is None:
-                self._release(item)
-                self._settle(job)
-                continue
-            try:
-                out, start_ms, finish_ms, held_ms = await loop.run_in_executor(
-                    pool, self._device_step, item, device, split)
-            except Exception as e:  # noqa: BLE001 - device failure fails the job, not the engine
-                self._fail_partition(item, f"device {device.name} failed: "
-                                           f"{type(e).__name__}: {e}", token)
-                continue
-            job.gpu_ms += start_ms + finish_ms
-            job.device_lock_ms += held_ms
-            if split:
-                # the a/b/c evaluations are consumed: keep only what the pending proof holds
-                item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
-            else:
-                item.reservation.close()
-            if not self.tracker.device_done(token):
-                self._release(item)
-                self._settle(job)
-                continue
-            self._spawn(self._finalize(item, out, token, split))
+            ran = await self._run_on_device(worker_id, device, item, split)
+            if ran is not None:
+                out, token = ran
+                self._spawn(self._finalize(item, out, token, split))
+
+    async def _run_on_device(self, worker_id: int, device: Device, item: _Item,
+                             split: bool) -> tuple[Any, int] | None:
+        """Pick `item` up on a worker, run its device step and hand the worker back.
+
+        Returns (output, pickup token) for the finalizer, or None when the item ended here: its
+        job ended meanwhile, or the device failed (both already recorded)."""
+        job = item.job
+        token = self.tracker.worker_pickup(worker_id, job.job_id, item.index)
+        if token is None:
+            self._release(item)
+            self._settle(job)
+            return None
+        try:
+            out, start_ms, finish_ms, held_ms = await asyncio.get_running_loop().run_in_executor(
+                self._device_pools[device.ordinal], self._device_step, item, device, split)
+        except Exception as e:  # noqa: BLE001 - device failure fails the job, not the engine
+            self._fail_partition(item, f"device {device.name} failed: "
+                                       f"{type(e).__name__}: {e}", token)
+            return None
+        job.gpu_ms += start_ms + finish_ms
+        job.device_lock_ms += held_ms
+        if split:
+            # the a/b/c evaluations are consumed: keep only what the pending proof holds
+            item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
+        else:
+            item.reservation.close()
+        if not self.tracker.device_done(token):
+            self._release(item)
+            self._settle(job)
+            return None
+        return out, token
 
     def _finish_step(self, item: _Item, out: Any, split: bool) -> tuple[bytes, bool | None]:
         """Runs in the finalizer pool: prove_finish (split mode) and self-verification."""
@@ -614,8 +623,6 @@ class Engine:
 
     async def _mono_worker(self, worker_id: int, device: Device) -> None:
         """One job at a time, partitions in order, synthesis and proof never overlapping."""
-        loop = asyncio.get_running_loop()
-        pool = self._device_pools[device.ordinal]
         while True:
             job = await self._next_job()
             if not await self._start_job(job):
@@ -627,26 +634,10 @@ class Engine:
                     continue
                 if not await self._reserve_and_synthesize(item):
                     continue
-                token = self.tracker.worker_pickup(worker_id, job.job_id, i)
-                if token is None:
-                    self._release(item)
-                    self._settle(job)
-                    continue
-                try:
-                    proof, start_ms, finish_ms, held_ms = await loop.run_in_executor(
-                        pool, self._device_step, item, device, False)
-                except Exception as e:  # noqa: BLE001
-                    self._fail_partition(item, f"device {device.name} failed: "
-                                               f"{type(e).__name__}: {e}", token)
-                    continue
-                job.gpu_ms += start_ms + finish_ms
-                job.device_lock_ms += held_ms
-                item.reservation.close()
-                if not self.tracker.device_done(token):
-                    self._release(item)
-                    self._settle(job)
-                    continue
-                await self._finalize(item, proof, token, False)
+                ran = await self._run_on_device(worker_id, device, item, False)
+                if ran is not None:
+                    proof, token = ran
+                    await self._finalize(item, proof, token, False)
 
     # ------------------------------------------------------------------ housekeeping
 
