@@ -235,6 +235,20 @@ async def test_a_real_one_second_retry_after_end_to_end(fake_vast):
     assert event.data["attempts"] == 2
 
 
+async def test_the_offers_page_says_when_to_retry_while_vast_rate_limits(
+        fake_vast, settings, client):
+    settings.VASTMGR_REMOTE = RemoteSettings(vast_url=fake_vast.url)
+    await sync_to_async(Secret.store)(Secret.VAST_API_KEY, API_KEY)
+    fake_vast.rate_limit("/api/v0/bundles/", retry_after="45", times=5)
+    user = await sync_to_async(User.objects.create_user)("viewer", password="pw-12345678")
+    await sync_to_async(client.force_login)(user)
+
+    page = await sync_to_async(client.get)("/remote/offers/", {"gpu_name": "RTX 4090"})
+
+    assert page.status_code == 200
+    assert "Vast is rate limiting us, retry in 45 s" in page.content.decode()
+
+
 async def test_a_persistent_5xx_surfaces_vasts_message(fake_vast, no_sleep):
     fake_vast.fail_next("/api/v0/bundles/", 503, {"msg": "overloaded"}, times=20)
     with pytest.raises(VastError, match="503, 4 attempts\\): overloaded"):
@@ -369,6 +383,16 @@ async def test_a_lost_create_response_is_adopted_by_label_never_created_twice(
                for e in await vast_events())
 
 
+async def test_a_rate_limited_create_is_retried_after_retry_after(fake_vast, no_sleep):
+    """A 429 is refused before any work, so waiting it out cannot create twice."""
+    offer = fake_vast.add_offer()
+    fake_vast.rate_limit("/api/v0/asks/", retry_after="4.5")
+
+    machine = await vast.rent(client_for(fake_vast, no_sleep), RentRequest.from_offer(offer))
+
+    assert no_sleep.delays == [4.5] and list(fake_vast.instances) == [machine.vast_instance_id]
+
+
 async def test_a_create_that_failed_before_vast_acted_is_not_retried(fake_vast, no_sleep):
     offer = fake_vast.add_offer()
     fake_vast.fail_next("/api/v0/asks/", 502, {"msg": "bad gateway"})
@@ -399,6 +423,24 @@ async def test_when_even_the_lookup_fails_the_next_reconcile_adopts_the_instance
     assert summary["adopted"] == [instance_id] and summary["destroyed"] == []
     machine = await Machine.objects.aget()
     assert machine.vast_instance_id == instance_id and machine.name == f"vast-{instance_id}"
+
+
+async def test_a_machine_whose_create_never_produced_an_instance_is_given_up(
+        fake_vast, no_sleep):
+    offer = fake_vast.add_offer()
+    client = client_for(fake_vast, no_sleep)
+    fake_vast.fail_next("/api/v0/asks/", 504, text="gateway timeout")  # Vast never acted
+    fake_vast.rate_limit("/api/v1/instances/", retry_after="60")
+    with pytest.raises(VastError, match="not known yet"):
+        await vast.rent(client, RentRequest.from_offer(offer))
+
+    await vast.reconcile(client)
+    assert (await Machine.objects.aget()).state == Machine.State.REGISTERED, "within the grace"
+
+    await Machine.objects.aupdate(created=timezone.now() - timedelta(minutes=6))
+    await vast.reconcile(client)
+    machine = await Machine.objects.aget()
+    assert machine.state == Machine.State.KILLED and "carries its label" in machine.kill_reason
 
 
 async def test_our_labelled_instance_no_machine_wants_is_destroyed(fake_vast, no_sleep):
