@@ -418,9 +418,21 @@ def _matches(column: str, value, condition: dict) -> bool:
     if column == "geolocation":  # filters use the country code; offers say "Region, CC"
         value = value.rsplit(", ", 1)[-1]
     try:
-        return all(OPERATORS[op](value, expected) for op, expected in condition.items())
-    except TypeError:  # a string compared with a number: no match, like SQL would say
+        return all(OPERATORS[op](value, _as_column_type(value, expected))
+                   for op, expected in condition.items())
+    except (TypeError, ValueError):  # not comparable with the column: no match
         return False
+
+
+def _as_column_type(value, operand):
+    """The official CLI sends most operands as strings (`num_gpus: {"eq": "1"}`); the server
+    casts them to the column's type."""
+    if isinstance(operand, list):
+        return [_as_column_type(value, item) for item in operand]
+    if isinstance(operand, str) and isinstance(value, int | float) and \
+            not isinstance(value, bool):
+        return float(operand)
+    return operand
 
 
 def _create_problem(body) -> str:

@@ -136,7 +136,13 @@ async def test_the_fake_refuses_what_the_official_contract_does_not_allow(fake_v
         with pytest.raises(VastError) as raised:
             await client.call(method, path, body=body)
         assert raised.value.status == status, (method, path, body)
-    offer = fake_vast.add_offer()
+    offer = fake_vast.add_offer(num_gpus=1)
+    # What the official CLI sends for 'num_gpus=1 reliability>0.5 geolocation in [US,CA,SE]'
+    # (operands as strings, cast by the server) is accepted.
+    cli_query = {"num_gpus": {"eq": "1"}, "reliability": {"gt": "0.5"},
+                 "geolocation": {"in": ["US", "CA", "SE", "TW", "DE"]}}
+    payload = await client.call("POST", "/api/v0/bundles/", body=cli_query)
+    assert [o["id"] for o in payload["offers"]] == [offer["id"]]
     with pytest.raises(VastError, match="image is required") as raised:
         await client.call("PUT", f"/api/v0/asks/{offer['id']}/",
                           body={"client_id": "me", "disk": 10})
