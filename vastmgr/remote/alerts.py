@@ -12,7 +12,7 @@ WEBHOOK_TIMEOUT_S = 10
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # host_offline | job_failed | bad_benchmark
+    kind: str  # host_offline | job_failed | bad_benchmark | instance_down | unmanaged_instance
     message: str
     machine_id: int | None = None
     data: dict = field(default_factory=dict)

@@ -52,6 +52,9 @@ class RemoteSettings:
     auto_destroy_idle_min: float | None = None
     alert_webhook_url: str = ""
     offline_alert_min: float = 5.0
+    # A rented instance that stopped running (exited, offline, unknown...) is destroyed after
+    # this long: it keeps billing for its disk and rarely comes back.
+    vast_down_grace_min: float = 10.0
     # Extra `pip install` arguments for provisioning: a private index, or an offline host's
     # `--no-index --find-links DIR`.
     provision_pip_args: tuple[str, ...] = ()
@@ -78,5 +81,6 @@ class RemoteSettings:
             auto_destroy_idle_min=_env_float("VASTMGR_AUTO_DESTROY_IDLE_MIN", None),
             alert_webhook_url=webhook,
             offline_alert_min=_env_float("VASTMGR_OFFLINE_ALERT_MIN", 5.0),
+            vast_down_grace_min=_env_float("VASTMGR_VAST_DOWN_GRACE_MIN", 10.0),
             provision_pip_args=_env_args("VASTMGR_PROVISION_PIP_ARGS"),
         )

@@ -73,6 +73,22 @@ def idle(settings: RemoteSettings, now: datetime) -> list[Verdict]:
     return verdicts
 
 
+def vast_down(settings: RemoteSettings, now: datetime) -> list[Verdict]:
+    """Rented machines whose instance has been down (exited, offline...) past the grace period:
+    such an instance bills for its disk and rarely recovers. Reconcile sets `vast_down_since`."""
+    limit = timedelta(minutes=settings.vast_down_grace_min)
+    verdicts = []
+    for remote in RemoteHost.objects.filter(
+            machine__provider=Machine.Provider.VAST, vast_down_since__isnull=False).exclude(
+            machine__state=Machine.State.KILLED).select_related("machine"):
+        minutes = (now - remote.vast_down_since).total_seconds() / 60
+        if now - remote.vast_down_since > limit:
+            verdicts.append(Verdict(remote.machine_id, f"{remote.last_error or 'instance down'} "
+                                                       f"for {minutes:.0f} min (grace "
+                                                       f"{settings.vast_down_grace_min:g} min)"))
+    return verdicts
+
+
 def offline(settings: RemoteSettings, now: datetime) -> list[alerts.Alert]:
     """Running machines not seen for N minutes; one alert per offline spell."""
     found = []
@@ -141,6 +157,7 @@ class Automation:
         now = self.now()
         verdicts = await sync_to_async(overdue)(self.settings, now)
         verdicts += await sync_to_async(idle)(self.settings, now)
+        verdicts += await sync_to_async(vast_down)(self.settings, now)
         for verdict in verdicts:
             await self.retire(verdict.machine_id, verdict.reason)
         found = await sync_to_async(offline)(self.settings, now)

@@ -59,6 +59,13 @@ class RemoteHost(models.Model):
     billing_ended = models.DateTimeField(null=True, blank=True)
     offline_alerted_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # A rented machine's label on Vast, chosen before the create call so that an instance whose
+    # create response was lost can still be found and adopted (or destroyed).
+    vast_label = models.CharField(max_length=100, blank=True, db_index=True)
+    # Vast's `actual_status` at the last reconcile, and since when the instance is down
+    # (exited, offline, unknown...): the automation destroys it after a grace period.
+    vast_status = models.CharField(max_length=40, blank=True)
+    vast_down_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"remote {self.machine.name}"
@@ -80,6 +87,25 @@ class RemoteHost(models.Model):
     def for_machine(cls, machine: Machine) -> "RemoteHost":
         remote, _ = cls.objects.get_or_create(machine=machine)
         return remote
+
+
+class UnmanagedInstance(models.Model):
+    """A Vast instance on our account that no machine manages: it bills, so the fleet page shows
+    it until it is gone. Rewritten by every reconcile; `seen_at` says how current it is."""
+
+    instance_id = models.BigIntegerField(unique=True)
+    label = models.CharField(max_length=300, blank=True)
+    actual_status = models.CharField(max_length=40, blank=True)
+    dph_total = models.FloatField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    first_seen = models.DateTimeField(default=timezone.now)
+    seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("instance_id",)
+
+    def __str__(self) -> str:
+        return f"unmanaged Vast instance {self.instance_id}"
 
 
 class BadHost(models.Model):

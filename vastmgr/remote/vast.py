@@ -1,14 +1,26 @@
 """A Vast.ai REST client (base URL configurable) and the fleet operations built on it.
 
-Every call is recorded as an Event (method, path, status, attempts; never the API key).
-429 and 502/503/504 and dropped connections are retried with exponential backoff, like the
-official CLI; other errors surface at once with Vast's own error code and message.
+Every call is recorded as an Event (method, path, status, attempts, seconds waited; never the
+API key). Field names, units and paths follow the official `vastai` client.
+
+Retries: 429, 502/503/504 and calls that got no usable response are retried within a total
+wait budget per call (`RetryPolicy`). Vast's `Retry-After` (seconds or an HTTP date) is
+honoured, otherwise the wait grows exponentially with jitter. Interactive calls (a page is
+waiting) get a short budget and, when a 429 outlasts it, a `VastRateLimited` error that says
+when to try again; the automation loop gets a long one. A create is never retried when its
+outcome is unknown (no response, 5xx): `rent` looks for the instance by its label instead.
 """
 
 import asyncio
 import json
-from dataclasses import dataclass
+import math
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
+from email.utils import parsedate_to_datetime
 
 import aiohttp
 import asyncssh
@@ -18,13 +30,23 @@ from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
 
+from . import alerts
 from .conf import RemoteSettings
-from .models import BadHost, HostPerf, RemoteHost, Secret
+from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
 
 RETRY_STATUSES = {429, 502, 503, 504}
 PAGE_LIMIT = 25  # the v1 instance list returns at most 25 rows per page
 # Vast images start tmux on SSH login unless this file exists; the script carries no secret.
 DEFAULT_ONSTART = "touch ~/.no_auto_tmux\n"
+# The disk a rent asks for, and so the storage every offer is priced with: $/h shown = charged.
+DEFAULT_DISK_GB = 64
+# Every instance we create carries this label prefix plus a uuid chosen before the call.
+LABEL_PREFIX = "vastmgr-"
+# A machine whose create outcome was unknown and that no instance claims by label after this
+# long is given up (the create did not happen).
+RENT_LOOKUP_GRACE = timedelta(minutes=5)
+# Vast's actual_status values on the way up; any other value than "running" means down.
+STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
 
 
 class VastError(RuntimeError):
@@ -38,6 +60,80 @@ class VastAuthError(VastError):
     """The API key was rejected (Vast answers 401/403, or 404 `auth_error` on some endpoints)."""
 
 
+class VastRateLimited(VastError):
+    """Vast kept answering 429 for longer than this call's retry budget."""
+
+    def __init__(self, message: str, *, retry_in_s: float, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_in_s = retry_in_s
+
+
+class VastOutcomeUnknown(VastError):
+    """A create got no usable answer: the instance may exist. Never retried blindly."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one call may spend waiting between tries, in total."""
+
+    budget_s: float
+    backoff_s: float = 1.0
+    factor: float = 2.0
+    max_backoff_s: float = 30.0
+
+    def backoff(self, attempt: int, jitter: float) -> float:
+        """The wait after `attempt` without a Retry-After: exponential, jittered to 50-100 %
+        so that several clients do not retry in step."""
+        step = min(self.backoff_s * self.factor ** (attempt - 1), self.max_backoff_s)
+        return step * (0.5 + jitter / 2)
+
+
+# A person is waiting: give up early with a clear message. Vast's documented minimum spacing is
+# up to 4.5 s (create), so one Retry-After of that size still fits.
+INTERACTIVE = RetryPolicy(budget_s=10.0)
+# The automation loop: wait out a long rate-limit window rather than skip a reconcile.
+BACKGROUND = RetryPolicy(budget_s=180.0)
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(when.timestamp() - now, 0.0)
+
+
+@dataclass
+class _Reply:
+    status: int | None = None
+    payload: object = None
+    text: str = ""
+    retry_after: float | None = None
+    problem: str = ""  # why there is no usable response, or why the body is unreadable
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300 and not self.problem
+
+    def describe(self) -> str:
+        if isinstance(self.payload, dict):
+            detail = (self.payload.get("msg") or self.payload.get("detail") or
+                      self.payload.get("error"))
+            if detail:
+                return str(detail)[:300]
+        return (self.problem or self.text or "no details")[:300]
+
+
 @dataclass(frozen=True)
 class OfferFilter:
     gpu_name: str = ""
@@ -46,109 +142,162 @@ class OfferFilter:
     max_dph: float | None = None
     min_reliability: float | None = None
     geolocation: str = ""
+    offer_id: int | None = None
+    disk_gb: float = DEFAULT_DISK_GB
     limit: int = 50
+    order: tuple = (("dph_total", "asc"),)
 
     def query(self) -> dict:
+        """The search body, as the official client builds it (units, names, defaults)."""
         q = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
              "rented": {"eq": False}}
+        if self.offer_id is not None:
+            q["id"] = {"eq": int(self.offer_id)}
         if self.gpu_name:
-            q["gpu_name"] = {"eq": self.gpu_name}
+            # The CLI writes spaces as underscores (RTX_4090) and turns them back before sending.
+            q["gpu_name"] = {"eq": self.gpu_name.replace("_", " ").strip()}
         if self.num_gpus:
             q["num_gpus"] = {"eq": self.num_gpus}
         if self.min_cpu_ram_gb is not None:
-            q["cpu_ram"] = {"gte": self.min_cpu_ram_gb * 1024}  # the API counts megabytes
+            q["cpu_ram"] = {"gte": self.min_cpu_ram_gb * 1000}  # MB, ×1000 like the CLI
         if self.max_dph is not None:
             q["dph_total"] = {"lte": self.max_dph}
         if self.min_reliability is not None:
-            q["reliability2"] = {"gte": self.min_reliability}
+            q["reliability"] = {"gte": self.min_reliability}
         if self.geolocation:
             q["geolocation"] = {"eq": self.geolocation.upper()}
-        return {**q, "order": [["dph_total", "asc"]], "type": "on-demand", "limit": self.limit}
+        return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
+                "limit": self.limit, "allocated_storage": self.disk_gb}
 
 
+@dataclass
 class VastClient:
-    def __init__(self, api_key: str, base_url: str, *, attempts: int = 6,
-                 backoff_s: float = 0.15, backoff_factor: float = 1.5, timeout_s: float = 120,
-                 sleep=asyncio.sleep):
-        if not api_key:
+    api_key: str = field(repr=False)
+    base_url: str
+    retry: RetryPolicy = INTERACTIVE
+    timeout_s: float = 120
+    sleep: object = field(default=asyncio.sleep, repr=False)
+    jitter: object = field(default=random.random, repr=False)
+    wallclock: object = field(default=time.time, repr=False)
+
+    def __post_init__(self):
+        if not self.api_key:
             raise VastAuthError("no Vast API key is set; enter it on the Offers page")
-        self._api_key = api_key
-        self.base_url = base_url.rstrip("/")
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.backoff_factor = backoff_factor
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._sleep = sleep
+        self.base_url = self.base_url.rstrip("/")
 
     def __repr__(self) -> str:
         return f"<VastClient {self.base_url}>"
 
     @classmethod
-    def from_settings(cls, **options) -> "VastClient":
+    def from_settings(cls, *, background: bool = False, **options) -> "VastClient":
         """Sync (reads the database): the stored API key and the configured base URL."""
-        return cls(Secret.reveal(Secret.VAST_API_KEY), RemoteSettings.load().vast_url, **options)
+        return cls(Secret.reveal(Secret.VAST_API_KEY), RemoteSettings.load().vast_url,
+                   retry=BACKGROUND if background else INTERACTIVE, **options)
 
-    async def call(self, method: str, path: str, *, body=None, params=None, machine=None):
-        headers = {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
+    async def call(self, method: str, path: str, *, body=None, params=None, machine=None,
+                   idempotent: bool = True):
+        """One API call with retries; returns the JSON payload or raises a VastError."""
         query = {k: json.dumps(v) if isinstance(v, dict | list) else str(v)
                  for k, v in (params or {}).items()}
-        delay = self.backoff_s
-        status, payload = None, None
-        async with aiohttp.ClientSession(timeout=self.timeout) as http:
-            for attempt in range(1, self.attempts + 1):
-                try:
-                    async with http.request(method, self.base_url + path, json=body,
-                                            params=query, headers=headers) as response:
-                        status = response.status
-                        payload = await response.json(content_type=None) \
-                            if await response.read() else None
-                except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-                    status, payload = None, {"msg": type(exc).__name__}
-                except json.JSONDecodeError:
-                    payload = {"msg": "the response is not JSON"}
-                if (status is None or status in RETRY_STATUSES) and attempt < self.attempts:
-                    await self._sleep(delay)
-                    delay *= self.backoff_factor
-                    continue
-                break
-        await sync_to_async(self._record)(method, path, status, attempt, payload, machine)
-        if status is not None and 200 <= status < 300:
-            return payload
-        raise self._error(method, path, status, payload, attempt)
+        waited, attempt, next_wait = 0.0, 0, 0.0
+        async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as http:
+            # aiohttp resends a PUT once by itself when the connection drops before the answer
+            # (PUT is idempotent in HTTP; Vast's create is not). aiohttp's own test client turns
+            # that off the same way; test_vast's dropped-create test proves it still holds.
+            http._retry_connection = idempotent
+            while True:
+                attempt += 1
+                reply = await self._send(http, method, path, body, query)
+                retryable = reply.status is None or reply.status in RETRY_STATUSES
+                # 429 is refused before any work; anything else may have created the instance.
+                if not retryable or (not idempotent and reply.status != 429):
+                    break
+                next_wait = reply.retry_after if reply.retry_after is not None else \
+                    self.retry.backoff(attempt, self.jitter())
+                if waited + next_wait > self.retry.budget_s:
+                    break
+                await self.sleep(next_wait)
+                waited += next_wait
+        await sync_to_async(self._record)(method, path, reply, attempt, waited, machine)
+        if reply.ok:
+            return reply.payload
+        raise self._error(method, path, reply, attempt, next_wait, idempotent)
 
-    def _record(self, method, path, status, attempts, payload, machine) -> None:
-        ok = status is not None and 200 <= status < 300
-        message = f"vast {method} {path} → {status or 'no response'}"
+    async def _send(self, http, method, path, body, query) -> _Reply:
+        try:
+            async with http.request(method, self.base_url + path, json=body, params=query,
+                                    headers=self._headers()) as response:
+                raw = await response.read()
+                reply = _Reply(status=response.status, retry_after=parse_retry_after(
+                    response.headers.get("Retry-After"), self.wallclock()))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # A dropped connection, a timeout, a truncated body, a malformed HTTP answer.
+            return _Reply(problem=f"no usable response ({type(exc).__name__})")
+        if raw:
+            try:
+                reply.payload = json.loads(raw)
+            except ValueError:
+                reply.text = raw[:300].decode(errors="replace").strip()
+                if 200 <= reply.status < 300:
+                    reply.problem = f"the response is not JSON: {reply.text[:100]!r}"
+        return reply
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
+
+    def _record(self, method, path, reply: _Reply, attempts, waited, machine) -> None:
+        message = f"vast {method} {path} → {reply.status or 'no response'}"
         if attempts > 1:
-            message += f" after {attempts} attempts"
-        if not ok:
-            message += f": {_describe(payload)}"
+            message += f" after {attempts} attempts ({waited:.1f} s waited)"
+        if not reply.ok:
+            message += f": {reply.describe()}"
         Event.record("vast", message, machine=machine,
-                     level=Event.Level.INFO if ok else Event.Level.ERROR,
-                     data={"method": method, "path": path, "status": status,
-                           "attempts": attempts})
+                     level=Event.Level.INFO if reply.ok else Event.Level.ERROR,
+                     data={"method": method, "path": path, "status": reply.status,
+                           "attempts": attempts, "waited_s": round(waited, 3)})
 
-    def _error(self, method, path, status, payload, attempts) -> VastError:
-        code = (payload or {}).get("error", "") if isinstance(payload, dict) else ""
-        text = f"Vast {method} {path} failed ({status or 'no response'}"
-        text += f", {attempts} attempts): {_describe(payload)}"
+    def _error(self, method, path, reply: _Reply, attempts, next_wait, idempotent) -> VastError:
+        code = reply.payload.get("error", "") if isinstance(reply.payload, dict) else ""
+        status = reply.status
+        text = (f"Vast {method} {path} failed ({status or 'no response'}, {attempts} "
+                f"attempt{'s' if attempts > 1 else ''}): {reply.describe()}")
         if status in (401, 403) or code == "auth_error":
             return VastAuthError(text + " — the API key was rejected; enter a valid key",
                                  status=status, code=code)
+        if status == 429:
+            retry_in = max(1, math.ceil(next_wait))
+            return VastRateLimited(f"Vast is rate limiting us, retry in {retry_in} s ({text})",
+                                   retry_in_s=retry_in, status=status, code=code)
+        if not idempotent and (status is None or status >= 500):
+            return VastOutcomeUnknown(text, status=status, code=code)
         return VastError(text, status=status, code=code)
 
     async def search_offers(self, offer_filter: OfferFilter) -> list[dict]:
         payload = await self.call("POST", "/api/v0/bundles/", body=offer_filter.query())
-        return list((payload or {}).get("offers") or [])
+        offers = payload.get("offers") if isinstance(payload, dict) else None
+        if not isinstance(offers, list) or not all(isinstance(o, dict) for o in offers):
+            raise VastError("Vast's search answer holds no list of offers")
+        return offers
 
-    async def create_instance(self, offer_id: int, *, image: str, disk_gb: int, label: str,
-                              onstart: str = DEFAULT_ONSTART, env: dict | None = None) -> int:
+    async def offer(self, offer_id: int, *, disk_gb: float = DEFAULT_DISK_GB) -> dict | None:
+        """One offer by id (any rank in the market), priced with `disk_gb` of storage."""
+        found = await self.search_offers(OfferFilter(offer_id=offer_id, disk_gb=disk_gb,
+                                                     limit=1))
+        return next((o for o in found if o.get("id") == offer_id), None)
+
+    async def create_instance(self, offer_id: int, *, image: str, disk_gb: float, label: str,
+                              onstart: str = DEFAULT_ONSTART, env: dict | None = None,
+                              machine=None) -> int:
         body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label,
                 "onstart": onstart, "runtype": "ssh_direc ssh_proxy", "env": env or {}}
-        payload = await self.call("PUT", f"/api/v0/asks/{int(offer_id)}/", body=body)
-        if not payload or not payload.get("success") or "new_contract" not in payload:
-            raise VastError(f"Vast did not create an instance: {_describe(payload)}")
-        return int(payload["new_contract"])
+        payload = await self.call("PUT", f"/api/v0/asks/{int(offer_id)}/", body=body,
+                                  machine=machine, idempotent=False)
+        if not isinstance(payload, dict) or not payload.get("success") or \
+                not isinstance(payload.get("new_contract"), int):
+            raise VastOutcomeUnknown(
+                f"Vast's create answer names no instance: {_Reply(payload=payload).describe()}")
+        return payload["new_contract"]
 
     async def attach_ssh_key(self, instance_id: int, public_key: str, *, machine=None) -> None:
         await self.call("POST", f"/api/v0/instances/{int(instance_id)}/ssh/",
@@ -157,31 +306,37 @@ class VastClient:
     async def instance(self, instance_id: int, *, machine=None) -> dict | None:
         payload = await self.call("GET", f"/api/v0/instances/{int(instance_id)}/",
                                   params={"owner": "me"}, machine=machine)
-        return (payload or {}).get("instances") or None
+        row = payload.get("instances") if isinstance(payload, dict) else None
+        return row if isinstance(row, dict) else None
 
-    async def list_instances(self) -> list[dict]:
+    async def list_instances(self, select_filters: dict | None = None, *,
+                             machine=None) -> list[dict]:
         """All instances, following the v1 keyset pagination (v0's list is deprecated)."""
         rows, token = [], None
         while True:
             params = {"limit": PAGE_LIMIT, "order_by": [{"col": "id", "dir": "asc"}]}
+            if select_filters:
+                params["select_filters"] = select_filters
             if token:
                 params["after_token"] = token
-            payload = await self.call("GET", "/api/v1/instances/", params=params) or {}
-            rows.extend(payload.get("instances") or [])
+            payload = await self.call("GET", "/api/v1/instances/", params=params,
+                                      machine=machine)
+            page = payload.get("instances") if isinstance(payload, dict) else None
+            if not isinstance(page, list) or not all(
+                    isinstance(i, dict) and isinstance(i.get("id"), int) for i in page):
+                raise VastError("Vast's instance list holds no list of instances with ids")
+            rows.extend(page)
             token = payload.get("next_token")
             if not token:
                 return rows
 
+    async def instances_labelled(self, label: str, *, machine=None) -> list[dict]:
+        return [i for i in await self.list_instances({"label": {"eq": label}}, machine=machine)
+                if i.get("label") == label]
+
     async def destroy_instance(self, instance_id: int, *, machine=None) -> None:
         await self.call("DELETE", f"/api/v0/instances/{int(instance_id)}/", body={},
                         machine=machine)
-
-
-def _describe(payload) -> str:
-    if isinstance(payload, dict):
-        return str(payload.get("msg") or payload.get("detail") or payload.get("error") or
-                   "no details")[:300]
-    return "no details"
 
 
 def ssh_endpoint(instance: dict) -> tuple[str, int] | None:
@@ -239,7 +394,7 @@ class RentRequest:
     gpu_count: int
     dph_total: float | None
     image: str = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
-    disk_gb: int = 64
+    disk_gb: int = DEFAULT_DISK_GB
 
     @classmethod
     def from_offer(cls, offer: dict, **overrides) -> "RentRequest":
@@ -250,15 +405,27 @@ class RentRequest:
 
 
 async def rent(client: VastClient, request: RentRequest) -> Machine:
-    """Create an instance, a Machine row for it, and an SSH key only this machine uses."""
+    """Create an instance for a Machine row made first, with a label and an SSH key of its own.
+
+    The machine and its label exist before the create call, so an instance whose create
+    response was lost is found by its label (here, or by the next reconcile) and never bills
+    unseen.
+    """
     if request.machine_id is not None and await BadHost.objects.filter(
             provider=Machine.Provider.VAST, provider_machine_id=request.machine_id).aexists():
         raise VastError(f"Vast machine {request.machine_id} is on the bad-hosts list")
-    instance_id = await client.create_instance(
-        request.offer_id, image=request.image, disk_gb=request.disk_gb,
-        label=f"vastmgr-offer-{request.offer_id}")
     key = asyncssh.generate_private_key("ssh-ed25519")
-    machine = await sync_to_async(_register_rented)(request, instance_id, key)
+    machine, label = await sync_to_async(_register_renting)(request, key)
+    try:
+        instance_id = await client.create_instance(
+            request.offer_id, image=request.image, disk_gb=request.disk_gb, label=label,
+            machine=machine)
+    except VastOutcomeUnknown as exc:
+        instance_id = await _find_created(client, machine, label, exc)
+    except VastError as exc:
+        await sync_to_async(_give_up)(machine.pk, f"rent failed: {exc}")
+        raise
+    machine = await sync_to_async(_attach_instance)(machine.pk, instance_id, request)
     await client.attach_ssh_key(instance_id, key.export_public_key().decode().strip(),
                                 machine=machine)
     instance = await client.instance(instance_id, machine=machine)
@@ -267,69 +434,243 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
     return machine
 
 
-def _register_rented(request: RentRequest, instance_id: int, key: asyncssh.SSHKey) -> Machine:
+def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machine, str]:
+    label = f"{LABEL_PREFIX}{uuid.uuid4()}"
     with transaction.atomic():
         machine = Machine.objects.create(
-            name=f"vast-{instance_id}", provider=Machine.Provider.VAST,
-            vast_instance_id=instance_id, vast_machine_id=request.machine_id,
-            vast_host_id=request.host_id, gpu_name=request.gpu_name,
-            gpu_count=request.gpu_count,
-            price_per_hour=Decimal(str(request.dph_total)) if request.dph_total else None,
+            name=f"vast-{label[len(LABEL_PREFIX):][:13]}", provider=Machine.Provider.VAST,
+            vast_machine_id=request.machine_id, vast_host_id=request.host_id,
+            gpu_name=request.gpu_name, gpu_count=request.gpu_count,
+            price_per_hour=_price(request.dph_total),
         )
-        remote = RemoteHost.objects.create(machine=machine, billing_started=timezone.now())
+        remote = RemoteHost.objects.create(machine=machine, vast_label=label)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
-        Event.record("vast", f"rented offer {request.offer_id} as instance {instance_id}",
-                     machine=machine, data={"offer_id": request.offer_id,
-                                            "instance_id": instance_id})
+        Event.record("vast", f"renting offer {request.offer_id} as {label}", machine=machine,
+                     data={"offer_id": request.offer_id, "label": label})
+    return machine, label
+
+
+async def _find_created(client: VastClient, machine: Machine, label: str,
+                        exc: VastOutcomeUnknown) -> int:
+    """After a create without a usable answer: adopt the instance carrying our label, if any."""
+    try:
+        found = await client.instances_labelled(label, machine=machine)
+    except VastError as lookup:
+        await sync_to_async(Event.record)(
+            "vast", f"{machine.name}: the create's outcome is unknown ({exc}) and the lookup by "
+                    f"label failed ({lookup}); the next reconcile adopts or gives it up",
+            machine=machine, level=Event.Level.WARNING, data={"label": label})
+        raise VastError(f"{exc} — whether an instance was created is not known yet; the next "
+                        f"reconcile adopts it (label {label}) or gives the machine up") from exc
+    if not found:
+        await sync_to_async(_give_up)(machine.pk, f"rent failed: {exc}")
+        raise exc
+    instance_id = int(found[0]["id"])
+    await sync_to_async(Event.record)(
+        "vast", f"{machine.name}: the create's answer was lost ({exc}); instance "
+                f"{instance_id} carries our label {label}: adopted",
+        machine=machine, level=Event.Level.WARNING,
+        data={"instance_id": instance_id, "label": label})
+    return instance_id
+
+
+def _give_up(machine_id: int, reason: str) -> None:
+    machine = Machine.objects.get(pk=machine_id)
+    if machine.state != Machine.State.KILLED:
+        machine.kill(reason)
+
+
+def _attach_instance(machine_id: int, instance_id: int, request: RentRequest | None) -> Machine:
+    """Bind an instance to its machine (idempotent: rent and reconcile may both do it)."""
+    with transaction.atomic():
+        machine = Machine.objects.select_for_update().get(pk=machine_id)
+        if machine.vast_instance_id == instance_id:
+            return machine
+        machine.vast_instance_id = instance_id
+        fields = ["vast_instance_id", "updated"]
+        name = f"vast-{instance_id}"
+        if not Machine.objects.filter(name=name).exists():
+            machine.name = name
+            fields.append("name")
+        machine.save(update_fields=fields)
+        RemoteHost.objects.filter(machine=machine, billing_started__isnull=True).update(
+            billing_started=timezone.now())
+        offer = f"offer {request.offer_id}" if request else "a lost create"
+        Event.record("vast", f"rented {offer} as instance {instance_id}", machine=machine,
+                     data={"offer_id": request.offer_id if request else None,
+                           "instance_id": instance_id})
     return machine
 
 
+def _price(dph) -> Decimal | None:
+    return Decimal(str(dph)).quantize(Decimal("0.0001")) if dph is not None else None
+
+
 def _apply_instance(machine: Machine, instance: dict) -> None:
-    """Copy the provider's view (SSH endpoint, price) onto the Machine."""
+    """Copy the provider's view (SSH endpoint once running, price) onto the Machine."""
     changed = []
-    endpoint = ssh_endpoint(instance)
+    endpoint = ssh_endpoint(instance) if instance.get("actual_status") == "running" else None
     if endpoint and (machine.host, machine.ssh_port) != endpoint:
         machine.host, machine.ssh_port = endpoint
         changed += ["host", "ssh_port"]
-    if instance.get("dph_total") is not None:
-        price = Decimal(str(instance["dph_total"])).quantize(Decimal("0.0001"))
-        if machine.price_per_hour != price:
-            machine.price_per_hour = price
-            changed.append("price_per_hour")
+    price = _price(instance.get("dph_total"))
+    if price is not None and machine.price_per_hour != price:
+        machine.price_per_hour = price
+        changed.append("price_per_hour")
     if changed:
         machine.save(update_fields=[*changed, "updated"])
 
 
-async def reconcile(client: VastClient) -> dict:
-    """Match provider instances with Machine rows; a vanished instance kills its machine."""
-    instances = {int(i["id"]): i for i in await client.list_instances()}
-    return await sync_to_async(_reconcile_rows)(instances)
+def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
+    """Record `actual_status`; an instance that went down marks its machine and alerts once."""
+    remote = RemoteHost.for_machine(machine)
+    status = instance.get("actual_status") or ""
+    down = status != "running" and status not in STARTING_STATUSES
+    found = []
+    if down and remote.vast_down_since is None:
+        detail = f": {instance['status_msg']}" if instance.get("status_msg") else ""
+        remote.vast_down_since = now
+        remote.last_error = f"Vast instance {machine.vast_instance_id} is {status}{detail}"
+        Event.record("vast", f"{machine.name}: {remote.last_error}", machine=machine,
+                     level=Event.Level.WARNING, data={"actual_status": status})
+        found.append(alerts.Alert("instance_down", f"{machine.name}: {remote.last_error}",
+                                  machine.pk, {"actual_status": status}))
+    elif not down and remote.vast_down_since is not None:
+        remote.vast_down_since = None
+        remote.last_error = ""
+        Event.record("vast", f"{machine.name}: Vast instance {machine.vast_instance_id} is "
+                             f"{status or 'starting'} again", machine=machine)
+    remote.vast_status = status
+    remote.save(update_fields=["vast_status", "vast_down_since", "last_error"])
+    return found
 
 
-def _reconcile_rows(instances: dict[int, dict]) -> dict:
-    summary = {"updated": 0, "killed": 0, "unmanaged": []}
-    known = set()
-    live = Machine.objects.filter(provider=Machine.Provider.VAST,
-                                  vast_instance_id__isnull=False).exclude(
-        state=Machine.State.KILLED)
-    for machine in live:
-        known.add(machine.vast_instance_id)
-        instance = instances.get(machine.vast_instance_id)
+@dataclass
+class ReconcilePlan:
+    summary: dict
+    orphans: dict = field(default_factory=dict)  # instance id → label, to destroy
+    alerts: list = field(default_factory=list)
+
+
+async def reconcile(client: VastClient, *, webhook_url: str = "") -> dict:
+    """Match provider instances with Machine rows, read every instance's `actual_status`,
+    adopt instances carrying a machine's label, destroy our orphans, and list (and alert on)
+    instances no machine manages."""
+    listed_at = timezone.now()
+    instances = await client.list_instances()
+    plan = await sync_to_async(_reconcile_rows)(instances, listed_at)
+    for instance_id, label in plan.orphans.items():
+        try:
+            await client.destroy_instance(instance_id)
+        except VastError as exc:
+            # It stays on the fleet page's list (its alert fired when it was first seen);
+            # the next reconcile tries again.
+            await sync_to_async(_orphan_survived)(instance_id, exc)
+            continue
+        await sync_to_async(_orphan_destroyed)(instance_id, label)
+        plan.summary["destroyed"].append(instance_id)
+    for alert in plan.alerts:
+        await alerts.send(alert, webhook_url)
+    return plan.summary
+
+
+def _reconcile_rows(instances: list[dict], now: datetime) -> ReconcilePlan:
+    """`now` is when the list was taken: a machine bound to an instance after that is not
+    judged on this list."""
+    plan = ReconcilePlan({"updated": 0, "killed": 0, "adopted": [], "destroyed": [],
+                          "unmanaged": []})
+    by_id = {int(i["id"]): i for i in instances}
+    by_label = {i["label"]: i for i in instances if i.get("label")}
+    claimed = set()
+    for machine in Machine.objects.filter(provider=Machine.Provider.VAST).exclude(
+            state=Machine.State.KILLED).select_related("remote"):
+        instance = _claim(machine, by_id, by_label, now, plan)
         if instance is None:
+            continue
+        claimed.add(int(instance["id"]))
+        plan.alerts += _apply_status(machine, instance, now)
+        _apply_instance(machine, instance)
+        plan.summary["updated"] += 1
+    killed_ids = set(Machine.objects.filter(provider=Machine.Provider.VAST,
+                                            state=Machine.State.KILLED,
+                                            vast_instance_id__isnull=False)
+                     .values_list("vast_instance_id", flat=True))
+    unmanaged = {}
+    for instance_id, instance in by_id.items():
+        if instance_id in claimed:
+            continue
+        label = instance.get("label") or ""
+        if label.startswith(LABEL_PREFIX) or instance_id in killed_ids:
+            plan.orphans[instance_id] = label
+            unmanaged[instance_id] = (instance, "ours, but no machine wants it: destroying")
+        else:
+            unmanaged[instance_id] = (instance, "not created by vastmgr")
+            plan.summary["unmanaged"].append(instance_id)
+    plan.alerts += _record_unmanaged(unmanaged, now)
+    return plan
+
+
+def _claim(machine: Machine, by_id: dict, by_label: dict, now: datetime,
+           plan: ReconcilePlan) -> dict | None:
+    """The instance of a live machine: by id, else by the label chosen before its create."""
+    if machine.vast_instance_id is not None:
+        instance = by_id.get(machine.vast_instance_id)
+        remote = getattr(machine, "remote", None)
+        bound_since_listing = remote and remote.billing_started and remote.billing_started >= now
+        if instance is None and not bound_since_listing:
             end_billing(machine)
             machine.kill("the instance disappeared from Vast")
-            summary["killed"] += 1
-            continue
-        _apply_instance(machine, instance)
-        summary["updated"] += 1
-    killed_ids = set(Machine.objects.filter(provider=Machine.Provider.VAST,
-                                            state=Machine.State.KILLED)
-                     .values_list("vast_instance_id", flat=True))
-    for instance_id in sorted(set(instances) - known - killed_ids):
-        summary["unmanaged"].append(instance_id)
-        Event.record("vast", f"instance {instance_id} is not managed by vastmgr",
-                     level=Event.Level.WARNING, data={"instance_id": instance_id})
-    return summary
+            plan.summary["killed"] += 1
+        return instance
+    label = getattr(getattr(machine, "remote", None), "vast_label", "")
+    if not label:
+        return None  # an instance-less machine that was never rented by label
+    instance = by_label.get(label)
+    if instance is not None:
+        _attach_instance(machine.pk, int(instance["id"]), None)
+        machine.refresh_from_db()
+        Event.record("vast", f"{machine.name}: instance {instance['id']} carries our label "
+                             f"{label}: adopted", machine=machine, level=Event.Level.WARNING,
+                     data={"instance_id": instance["id"], "label": label})
+        plan.summary["adopted"].append(int(instance["id"]))
+    elif now - machine.created > RENT_LOOKUP_GRACE:
+        machine.kill(f"no Vast instance carries its label {label}: the rent created none")
+        plan.summary["killed"] += 1
+    return instance
+
+
+def _record_unmanaged(unmanaged: dict[int, tuple[dict, str]], now: datetime
+                      ) -> list[alerts.Alert]:
+    """Keep the fleet page's list of billing instances without a machine; alert on new ones."""
+    UnmanagedInstance.objects.exclude(instance_id__in=list(unmanaged)).delete()
+    found = []
+    for instance_id, (instance, reason) in unmanaged.items():
+        row, created = UnmanagedInstance.objects.update_or_create(
+            instance_id=instance_id, defaults={
+                "label": (instance.get("label") or "")[:300],
+                "actual_status": instance.get("actual_status") or "",
+                "dph_total": instance.get("dph_total"), "reason": reason, "seen_at": now})
+        if created:
+            price = f", ${row.dph_total:.4f}/h" if row.dph_total is not None else ""
+            message = (f"Vast instance {instance_id} (label {row.label or 'none'!r}{price}) is "
+                       f"billing and no machine manages it: {reason}")
+            Event.record("vast", message, level=Event.Level.WARNING,
+                         data={"instance_id": instance_id, "label": row.label})
+            found.append(alerts.Alert("unmanaged_instance", message, None,
+                                      {"instance_id": instance_id}))
+    return found
+
+
+def _orphan_destroyed(instance_id: int, label: str) -> None:
+    UnmanagedInstance.objects.filter(instance_id=instance_id).delete()
+    Event.record("vast", f"destroyed instance {instance_id} ({label or 'no label'}): it was ours "
+                         "but no machine wants it", level=Event.Level.WARNING,
+                 data={"instance_id": instance_id, "label": label})
+
+
+def _orphan_survived(instance_id: int, exc: VastError) -> None:
+    UnmanagedInstance.objects.filter(instance_id=instance_id).update(
+        reason=f"ours, but no machine wants it, and destroying it failed: {exc}"[:1000])
 
 
 def end_billing(machine: Machine) -> None:

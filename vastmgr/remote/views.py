@@ -152,7 +152,7 @@ def offers(request):
             error = str(exc)
     return render(request, "remote/offers.html", {
         "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
-        "search": search, "offers": results, "error": error,
+        "search": search, "offers": results, "error": error, "disk_gb": vast.DEFAULT_DISK_GB,
     })
 
 
@@ -174,8 +174,9 @@ def set_api_key(request):
 def rent_offer(request, offer_id):
     try:
         client = vast.VastClient.from_settings()
-        offer = next((o for o in async_to_sync(client.search_offers)(vast.OfferFilter(limit=200))
-                      if int(o["id"]) == offer_id), None)
+        # Looked up by id, so any offer in the market can be rented, priced with the disk the
+        # rent asks for.
+        offer = async_to_sync(client.offer)(offer_id, disk_gb=vast.DEFAULT_DISK_GB)
         if offer is None:
             raise vast.VastError(f"offer {offer_id} is no longer available")
         machine = async_to_sync(vast.rent)(client, vast.RentRequest.from_offer(offer))

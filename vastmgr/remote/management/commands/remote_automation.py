@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 
 from vastmgr.fleet.models import Event
 from vastmgr.remote import vast
+from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import Secret
 from vastmgr.remote.secrets import SecretUnavailable
@@ -29,18 +30,23 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         while not stop.is_set():
-            client = None
-            if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
-                try:
-                    client = await sync_to_async(vast.VastClient.from_settings)()
-                    await vast.reconcile(client)
-                except (vast.VastError, SecretUnavailable) as exc:
-                    await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
-                                                      level=Event.Level.ERROR)
-            await Automation(vast_client=client).tick()
+            await self.tick()
             if once:
                 return
             try:
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
+
+    async def tick(self) -> None:
+        """Reconcile (a Vast failure is an Event, never the end of the loop), then the rules."""
+        client = None
+        if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
+            try:
+                client = await sync_to_async(vast.VastClient.from_settings)(background=True)
+                settings = await sync_to_async(RemoteSettings.load)()
+                await vast.reconcile(client, webhook_url=settings.alert_webhook_url)
+            except (vast.VastError, SecretUnavailable) as exc:
+                await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
+                                                  level=Event.Level.ERROR)
+        await Automation(vast_client=client).tick()
