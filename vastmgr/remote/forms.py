@@ -22,6 +22,11 @@ class AddHostForm(forms.Form):
         min_value=1, max_value=65535, required=False, initial=DEFAULT_ENGINE_PORT,
         help_text="A free port on the host's loopback for the engine (reached through the "
                   "SSH tunnel); empty for the default")
+    engine_flavour = forms.ChoiceField(
+        label="Engine", choices=Machine.Flavour.choices, initial=Machine.Flavour.CUZK_ENGINE,
+        help_text="cuzk-upstream: a Curio cuzk daemon already running there, with "
+                  "daemon.status_listen on the engine port; it is watched only (no provisioning, "
+                  "no proofs: its API is gRPC)")
     private_key = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 4}),
                                   help_text="Stored encrypted; never shown again")
     key_file = forms.CharField(required=False, max_length=500,
