@@ -185,7 +185,7 @@ def test_a_lie_is_shown_with_its_meaning_and_cause_and_counted():
 def test_our_engines_panel_reports_everything(engine):
     machine = Machine.objects.create(name="local", provider="local", host="127.0.0.1",
                                      engine_port=engine.port, state="running")
-    engine.submit(kind="porep-c2", profile="tiny", seed=1)
+    engine.submit(kind="winning-post", profile="tiny", seed=1)
     HostStatus.objects.create(machine=machine, connected=True, via="stream",
                               snapshot=engine.status())
     machine.mark_seen()
