@@ -24,6 +24,7 @@ class AddHostForm(forms.Form):
                   "SSH tunnel); empty for the default")
     engine_flavour = forms.ChoiceField(
         label="Engine", choices=Machine.Flavour.choices, initial=Machine.Flavour.CUZK_ENGINE,
+        required=False,
         help_text="cuzk-upstream: a Curio cuzk daemon already running there, with "
                   "daemon.status_listen on the engine port; it is watched only (no provisioning, "
                   "no proofs: its API is gRPC)")
@@ -39,6 +40,9 @@ class AddHostForm(forms.Form):
         if Machine.objects.filter(name=name).exists():
             raise forms.ValidationError("a machine with this name exists")
         return name
+
+    def clean_engine_flavour(self):
+        return self.cleaned_data["engine_flavour"] or Machine.Flavour.CUZK_ENGINE
 
     def clean_engine_port(self):
         return self.cleaned_data["engine_port"] or DEFAULT_ENGINE_PORT
