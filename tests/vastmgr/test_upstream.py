@@ -9,10 +9,13 @@ import re
 import socket
 import time
 
+import asyncssh
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.fake_upstream import SCRIPT, FakeUpstream, healthy
@@ -23,6 +26,7 @@ from tests.vastmgr.live_engine import (
     wait_until,
     ws_headers,
 )
+from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
 from vastmgr.fleet.controller import fragments, jobs
 from vastmgr.fleet.controller.upstream import map_snapshot
@@ -332,8 +336,16 @@ async def test_an_upstream_daemon_added_by_command_goes_live_and_its_lies_come_a
                     assert "W1 · dev 0 · <b>proving</b>" in panel
             await host.disconnect()
 
-            # It was watched, never worked: a queued proof is not dispatched to it.
+            # It was watched, never worked: a queued proof is not dispatched to it, and one
+            # pinned to it fails with the reason.
             assert all(h.machine_id != machine.pk for h in controller.live_hosts())
+            anywhere = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=1)
+            pinned = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=2,
+                                                    machine=machine)
+            await controller.dispatch()
+            anywhere, pinned = [await ProofJob.objects.aget(pk=j.pk) for j in (anywhere, pinned)]
+            assert anywhere.status == "queued" and anywhere.machine_id is None
+            assert pinned.status == "failed" and "upstream cuzk daemon" in pinned.error
             assert fake.requests and set(fake.requests) == {"GET /status HTTP/1.1"}
             status = await HostStatus.objects.aget(machine=machine)
             assert status.connected and status.snapshot["flavour"] == "cuzk-upstream"
@@ -354,3 +366,36 @@ async def test_an_upstream_daemon_that_goes_away_shows_offline_with_the_reason(m
         assert "GET /status" in controller.hosts[machine.pk].error
         await wait_until(lambda: HostStatus.objects.filter(machine=machine, connected=False)
                          .aexists())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_remote_upstream_daemon_is_watched_through_the_ssh_tunnel(tmp_path, monkeypatch):
+    """Added from the web form as an SSH host: the status server listens on the host's loopback
+    only, and the controller reaches it through the machine's SSH link."""
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    ssh_host = FakeHost(tmp_path / "remote", key.export_public_key().decode())
+    await ssh_host.start()
+    client = Client()
+    await database_sync_to_async(client.force_login)(await database_sync_to_async(
+        get_user_model().objects.create_user)("ops", is_staff=True))
+    try:
+        with FakeUpstream() as fake:
+            async with running_controller() as controller:
+                answer = await database_sync_to_async(client.post)("/remote/hosts/add/", {
+                    "name": "curio-remote", "host": "127.0.0.1", "ssh_port": ssh_host.port,
+                    "ssh_user": "prover", "private_key": key.export_private_key().decode(),
+                    "key_file": "", "engine_port": fake.port, "engine_flavour": UPSTREAM})
+                assert answer.status_code == 302
+                machine = await Machine.objects.aget(name="curio-remote")
+                assert machine.provider == "ssh" and machine.state == "running"
+                live = await wait_until(lambda: controller.hosts.get(machine.pk) and
+                                        controller.hosts[machine.pk].connected and
+                                        controller.hosts[machine.pk], timeout=30)
+                assert live.snapshot["flavour"] == "cuzk-upstream"
+                assert [p["job_id"] for p in live.snapshot["pipelines"]] == [
+                    "porep-1000-42-task7", "snap-1000-7"]
+                assert live.client is None  # watched, never given work
+                assert ssh_host.connections  # it came through the SSH server
+    finally:
+        await ssh_host.stop()

@@ -153,7 +153,8 @@ def fleet_totals(hosts: list[HostView]) -> dict:
         "dph": sum(float(h.machine.price_per_hour or 0) for h in hosts
                    if h.machine.state == Machine.State.RUNNING),
         "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts)
-        or (queued > 0 and any(h.idle_workers and not h.queue_depth for h in live)),
+        or (queued > 0 and any(h.idle_workers and not h.queue_depth for h in live
+                               if h.machine.can_prove)),
     }
 
 
