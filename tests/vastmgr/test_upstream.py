@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from cuzk_engine.daemon.client import EngineError
 from tests.vastmgr import live_engine
 from tests.vastmgr.fake_upstream import SCRIPT, FakeUpstream, healthy
 from tests.vastmgr.live_engine import (
@@ -103,6 +104,9 @@ def test_anything_missing_or_malformed_is_left_out_not_zeroed():
                       "gpu_workers": [{"worker_id": 0, "state": "idle", "current_job": None}],
                       "counters": {"queue_depth": 2}, "buffers": {}}
     assert LieDetector().check(mapped, 0.0) == []
+    assert map_snapshot({}, 2) == {"flavour": "cuzk-upstream", "seq": 2}
+    with pytest.raises(EngineError, match="not a JSON object"):
+        map_snapshot([{"uptime_secs": 1}], 3)
 
 
 def test_our_engine_never_shows_a_lie(engine):
@@ -156,7 +160,7 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
         assert shown in html, shown
     # What upstream never sends: labelled, never a made-up zero.
     for label in (f"{NR} cancelled", f"profile {NR}", f"priority {NR}", f"busy total {NR}",
-                  f"Devices {NR}", f'<span class="status status-">{NR}</span>'):
+                  f"Devices {NR}", f"status {NR}"):
         assert label in html, label
     assert "None: this snapshot is consistent." in html
     assert "evict</button>" not in html  # no SRS actions for upstream
@@ -167,6 +171,12 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
                   f"W0 · dev {NR} · <b>idle</b>", f"Devices {NR}."):
         assert label in html, label
     assert "No pipelines." not in html and "No SRS loaded." not in html
+
+    html = upstream_panel(machine, {})  # a daemon that sends nothing we know
+    for label in (f"Pipelines {NR}.", f"Workers {NR}.", f"{NR} done", f"queue {NR}"):
+        assert label in html, label
+    row = fragments.render_fleet_row(fragments.load_hosts(time.time(), [machine.pk])[0])
+    assert f"<td>{NR}</td>" in row  # its queue depth: not reported, not 0
 
 
 @pytest.mark.django_db
