@@ -30,7 +30,7 @@ from tests.vastmgr.live_engine import (
 from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
 from vastmgr.fleet.controller import fragments, jobs
-from vastmgr.fleet.controller.upstream import map_snapshot
+from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
 from vastmgr.proofs import forms as proof_forms
@@ -154,7 +154,7 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
                   "started 95 s ago", "3/10", "phase-gpu", "phase-synth_done", "W0", "W1",
                   "<code>porep-1000-42-ta</code> P3", "4.2 s", "<b class=\"big\">3</b> / 27",
                   "17 done", "0 failed", "queue 3", "aux_in_flight", "shells_in_flight",
-                  "porep-32g", "47.0\xa0GB", "26.0\xa0GB", "pinned",
+                  "porep-32g", "47.0\xa0GB", "26.0\xa0GB", "<td>in use</td>",
                   "available 202.0\xa0GB", "daemon up 1000 s", "poll #3", "polled every 1.5 s",
                   "not offered for this machine"):
         assert shown in html, shown
@@ -242,6 +242,18 @@ def test_the_add_host_form_offers_the_flavour(admin_client):
     assert "Provision</button>" not in page and "watched only" in page
     admin_client.post(f"/remote/machines/{machine.pk}/provision/")
     assert machine.events.filter(message__contains="provision requested").count() == 0
+
+
+def test_the_poll_interval_defaults_to_the_seeds_and_a_useless_one_is_refused(monkeypatch):
+    monkeypatch.delenv("VASTMGR_UPSTREAM_INTERVAL", raising=False)
+    assert poll_interval(1.0) == 1.5
+    assert poll_interval(0.5) == 1.0  # polled often enough never to look stale
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "4")
+    with pytest.raises(CommandError, match="below 3 s"):
+        call_command("run_fleet", "--interval", "1")
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "fast")
+    with pytest.raises(CommandError, match="is not a number"):
+        call_command("run_fleet")
 
 
 # ---- manage.py machines ---------------------------------------------------------------------
