@@ -138,7 +138,7 @@ class LieDetector:
                                     "the worker record was cleared without its busy flag"))
                     continue
                 holders.setdefault((job, part), []).append(wid)
-            else:
+            elif state == "idle":
                 idle.append(wid)
                 if job is not None or part is not None:
                     lies.append(Lie("worker-fields", f"worker W{wid} is {state} but still names "
