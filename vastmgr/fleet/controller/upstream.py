@@ -23,6 +23,7 @@ import aiohttp
 from cuzk_engine.daemon.client import EngineClient, EngineError
 from vastmgr.config import ConfigError
 from vastmgr.fleet.lies import LieDetector
+from vastmgr.fleet.models import Machine
 
 from .liveness import STALE_AFTER_INTERVALS
 from .transport import EngineTransport, TransportError
@@ -30,7 +31,7 @@ from .watcher import HostLive, HostWatcher
 
 log = logging.getLogger(__name__)
 
-FLAVOUR = "cuzk-upstream"
+FLAVOUR = Machine.Flavour.CUZK_UPSTREAM.value
 DEFAULT_INTERVAL = 1.5  # what the seeds' vast-manager polled at
 INTERVAL_VARIABLE = "VASTMGR_UPSTREAM_INTERVAL"
 
@@ -222,6 +223,6 @@ def watcher_for(machine, live: HostLive, transport: EngineTransport,
                 session: aiohttp.ClientSession, clock: Callable[[], float],
                 interval: float) -> HostWatcher:
     """The watcher for this machine's engine flavour (`interval`: the controller's)."""
-    if machine.engine_flavour == FLAVOUR:
+    if machine.is_upstream:
         return UpstreamWatcher(live, transport, session, clock, poll_interval(interval))
     return HostWatcher(live, transport, session, clock, interval)
