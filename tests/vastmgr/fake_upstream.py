@@ -168,7 +168,14 @@ SCRIPT: list[Step] = [
         workers=[worker(0, JOB, 3, 40.2), worker(1, JOB, 3, 1.1)]),
         {"shared-partition", "gpu-unheld"}),
     Step("fields absent or null", _absent(2416.0)),
-    Step("healthy at the end", healthy(2417.0)),
+    Step("healthy 5", healthy(2417.0)),
+    # The job failed in synthesis; W0 picked up its partition 3 anyway (marked busy before the
+    # already-failed check) and skipped it: it shows "proving" until its next pickup.
+    Step("skipped partition of a failed job", snapshot(
+        2418.0, pipelines=[pipeline(JOB, ["failed", "done", "done", "synth_done"] + ["pending"] * 6,
+                                    30.0)],
+        workers=[worker(0, JOB, 3, 12.0), worker(1)]), {"worker-not-on-gpu"}),
+    Step("healthy at the end", healthy(2419.0)),
 ]
 
 

@@ -83,6 +83,18 @@ def test_each_scripted_lie_is_flagged_exactly_while_present():
     assert tally["gpu-unheld"]["episodes"] == 2 and not tally["gpu-unheld"]["present"]
 
 
+@pytest.mark.parametrize("change, code", [
+    (lambda s: s["memory"].update(used_bytes=s["memory"]["total_bytes"] + 1), "memory"),
+    (lambda s: s["counters"].update(total_completed=18), "counters-by-kind"),
+    (lambda s: s["pipelines"][1].update(partitions_done=4), "partitions-done"),
+    (lambda s: s["gpu_workers"][0].update(current_job=None), "worker-fields"),
+])
+def test_every_invariant_of_our_status_model_is_checked(change, code):
+    body = healthy(1000.0)
+    change(body)
+    assert code in {lie.code for lie in LieDetector().check(map_snapshot(body, 1), 0.0)}
+
+
 def test_a_daemon_restart_forgets_the_history_that_made_a_lie():
     stuck = map_snapshot(SCRIPT[5].body, 1)  # every partition done, never completed
     detector = LieDetector()
@@ -165,7 +177,8 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
     assert "None: this snapshot is consistent." in html
     assert "evict</button>" not in html  # no SRS actions for upstream
 
-    html = upstream_panel(machine, SCRIPT[-2].body)  # sections absent or null
+    absent = next(step for step in SCRIPT if step.name == "fields absent or null")
+    html = upstream_panel(machine, absent.body)
     for label in (f"{NR} used of {NR}", f"Pipelines {NR}.", f"SRS {NR}.", f"PCE {NR}.",
                   f"{NR} failed", f'<b class="big">{NR}</b> / {NR} active', "5 done",
                   f"W0 · dev {NR} · <b>idle</b>", f"Devices {NR}."):
