@@ -36,7 +36,8 @@ def test_saving_a_machine_without_a_token_keeps_the_old_one(admin_client):
     m = Machine.objects.create(name="gpu-1", engine_token="tok-keep-me")
     url = reverse("admin:fleet_machine_change", args=[m.pk])
     data = {"name": "gpu-1", "provider": "ssh", "host": "h", "ssh_port": 22, "ssh_user": "root",
-            "engine_port": 9821, "engine_token": "", "enabled": "on", "gpu_name": "",
+            "engine_port": 9821, "engine_token": "", "engine_flavour": "cuzk_engine",
+            "enabled": "on", "gpu_name": "",
             "gpu_count": 0, "ssh_host_key": ""}
     response = admin_client.post(url, data)
     assert response.status_code == 302, response.content[:2000]

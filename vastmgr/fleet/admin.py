@@ -24,8 +24,9 @@ class MachineAdminForm(forms.ModelForm):
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
     form = MachineAdminForm
-    list_display = ["name", "provider", "host", "state", "gpu_name", "gpu_count", "last_seen"]
-    list_filter = ["provider", "state"]
+    list_display = ["name", "provider", "engine_flavour", "host", "state", "gpu_name", "gpu_count",
+                    "last_seen"]
+    list_filter = ["provider", "engine_flavour", "state"]
     search_fields = ["name", "host"]
     readonly_fields = ["state", "kill_reason", "last_seen", "created", "updated"]
 

@@ -13,6 +13,13 @@ class Machine(models.Model):
         SSH = "ssh"
         VAST = "vast"
 
+    class Flavour(models.TextChoices):
+        """Which daemon answers on the engine port. Upstream is Curio's Rust `cuzk`: only its
+        status server (`GET /status`) is spoken; its proving API is gRPC, which we do not drive."""
+
+        CUZK_ENGINE = "cuzk_engine", "cuzk_engine (this project's engine)"
+        CUZK_UPSTREAM = "cuzk-upstream", "cuzk-upstream (Curio's Rust cuzk daemon, watch only)"
+
     class State(models.TextChoices):
         REGISTERED = "registered"
         PROVISIONING = "provisioning"
@@ -43,6 +50,8 @@ class Machine(models.Model):
     engine_token = models.CharField(
         max_length=200, blank=True, help_text="Bearer token of the engine API (never displayed)"
     )
+    engine_flavour = models.CharField(max_length=20, choices=Flavour.choices,
+                                      default=Flavour.CUZK_ENGINE)
     state = models.CharField(max_length=20, choices=State.choices, default=State.REGISTERED)
     kill_reason = models.TextField(blank=True)
     enabled = models.BooleanField(default=True, help_text="Stream status and dispatch jobs")
@@ -88,6 +97,15 @@ class Machine(models.Model):
 
     def kill(self, reason: str, *, user=None) -> None:
         self.transition(self.State.KILLED, reason=reason, user=user)
+
+    @property
+    def is_upstream(self) -> bool:
+        return self.engine_flavour == self.Flavour.CUZK_UPSTREAM
+
+    @property
+    def can_prove(self) -> bool:
+        """Whether vastmgr can submit proofs and SRS actions to this machine's engine."""
+        return not self.is_upstream
 
     def mark_seen(self, when=None) -> None:
         self.last_seen = when or timezone.now()

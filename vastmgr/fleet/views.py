@@ -43,7 +43,10 @@ def _host_state(machine: Machine) -> str:
 def host_srs(request, machine_id):
     machine = get_object_or_404(Machine, pk=machine_id)
     form = SrsActionForm(request.POST)
-    if form.is_valid():
+    if not machine.can_prove:
+        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: SRS actions go "
+                                "through its gRPC API, which vastmgr does not drive.")
+    elif form.is_valid():
         HostAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
         messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
                                f" requested; the panel updates when the engine has done it.")

@@ -11,9 +11,11 @@ MAX_COUNT = 20
 
 class TestProofForm(forms.Form):
     machine = forms.ModelChoiceField(
-        queryset=Machine.objects.exclude(state=Machine.State.KILLED), required=False,
+        queryset=Machine.objects.exclude(state=Machine.State.KILLED)
+        .exclude(engine_flavour=Machine.Flavour.CUZK_UPSTREAM), required=False,
         empty_label="auto (least-loaded online machine)",
-        error_messages={"invalid_choice": "That machine does not exist (or was killed)."},
+        error_messages={"invalid_choice": "That machine does not exist, was killed, or runs an "
+                                          "upstream cuzk daemon (watched only: no test proofs)."},
     )
     kind = forms.ChoiceField(choices=ProofJob.Kind.choices)
     profile = forms.ChoiceField(choices=ProofJob.Profile.choices, initial=ProofJob.Profile.TINY)

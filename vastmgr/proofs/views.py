@@ -99,6 +99,6 @@ def unavailable_reason(machine: Machine | None) -> str | None:
             when = "never seen" if seen is None else f"last seen {seen} s ago"
             return f"the engine on {machine.name} is offline ({when})"
         return None
-    if not any(h.connection != OFFLINE for h in hosts if h.machine.enabled):
+    if not any(h.connection != OFFLINE for h in hosts if h.machine.enabled and h.machine.can_prove):
         return "no engine is online to take the job (every machine is offline)"
     return None

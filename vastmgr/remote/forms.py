@@ -22,6 +22,12 @@ class AddHostForm(forms.Form):
         min_value=1, max_value=65535, required=False, initial=DEFAULT_ENGINE_PORT,
         help_text="A free port on the host's loopback for the engine (reached through the "
                   "SSH tunnel); empty for the default")
+    engine_flavour = forms.ChoiceField(
+        label="Engine", choices=Machine.Flavour.choices, initial=Machine.Flavour.CUZK_ENGINE,
+        required=False,
+        help_text="cuzk-upstream: a Curio cuzk daemon already running there, with "
+                  "daemon.status_listen on the engine port; it is watched only (no provisioning, "
+                  "no proofs: its API is gRPC)")
     private_key = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 4}),
                                   help_text="Stored encrypted; never shown again")
     key_file = forms.CharField(required=False, max_length=500,
@@ -34,6 +40,9 @@ class AddHostForm(forms.Form):
         if Machine.objects.filter(name=name).exists():
             raise forms.ValidationError("a machine with this name exists")
         return name
+
+    def clean_engine_flavour(self):
+        return self.cleaned_data["engine_flavour"] or Machine.Flavour.CUZK_ENGINE
 
     def clean_engine_port(self):
         return self.cleaned_data["engine_port"] or DEFAULT_ENGINE_PORT

@@ -31,13 +31,18 @@ def add_host(request):
             machine = Machine.objects.create(
                 name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
                 ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
-                engine_port=data["engine_port"], price_per_hour=data["price_per_hour"])
+                engine_port=data["engine_port"], price_per_hour=data["price_per_hour"],
+                engine_flavour=data["engine_flavour"])
             remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
                                                billing_started=machine.created)
             if data["private_key"].strip():
                 Secret.store(remote.ssh_key_secret_name, data["private_key"])
             Event.record("remote", f"{machine.name}: SSH host added by "
                                    f"{request.user.get_username()}", machine=machine)
+            if machine.is_upstream:
+                # Its daemon is already running; there is nothing of ours to provision.
+                machine.transition(Machine.State.RUNNING, reason="upstream cuzk daemon, watched",
+                                   user=request.user)
         return redirect("remote:machine", machine.pk)
     return render(request, "remote/add_host.html", {"form": form})
 
@@ -91,6 +96,9 @@ def machine_action(request, pk, action):
             _destroy(machine, f"destroyed by {user}")
         except (vast.VastError, SecretUnavailable) as exc:
             messages.error(request, str(exc))
+    elif action in ACTIONS and machine.is_upstream:
+        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: vastmgr does not "
+                                f"{action} it")
     elif action in ACTIONS:
         Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
 

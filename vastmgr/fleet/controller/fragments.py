@@ -153,7 +153,8 @@ def fleet_totals(hosts: list[HostView]) -> dict:
         "dph": sum(float(h.machine.price_per_hour or 0) for h in hosts
                    if h.machine.state == Machine.State.RUNNING),
         "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts)
-        or (queued > 0 and any(h.idle_workers and not h.queue_depth for h in live)),
+        or (queued > 0 and any(h.idle_workers and not h.queue_depth for h in live
+                               if h.machine.can_prove)),
     }
 
 
@@ -205,6 +206,11 @@ def host_context(machine: Machine, now: float, host: HostView | None = None) -> 
         "counters": snapshot.get("counters") or {},
         "kinds": _counter_rows(snapshot.get("counters") or {}),
         "recent": ProofJob.objects.filter(machine=machine)[:RECENT_PROOFS],
+        "upstream": machine.is_upstream,
+        "lies": snapshot.get("lies") or [],
+        "lie_tally": [{**row, "first_ago": max(0, round(now - row["first_seen"])),
+                       "last_ago": max(0, round(now - row["last_seen"]))}
+                      for row in snapshot.get("lie_tally") or []],
     }
 
 
@@ -212,12 +218,13 @@ def _counter_rows(counters: dict) -> list[dict]:
     kinds = set()
     for key in ("completed_by_kind", "failed_by_kind", "cancelled_by_kind", "queue_depth_by_kind"):
         kinds.update((counters.get(key) or {}).keys())
+    # A map the engine did not send at all is "not reported" (None), not zero.
     return [{
         "kind": kind,
-        "done": (counters.get("completed_by_kind") or {}).get(kind, 0),
-        "failed": (counters.get("failed_by_kind") or {}).get(kind, 0),
-        "cancelled": (counters.get("cancelled_by_kind") or {}).get(kind, 0),
-        "queued": (counters.get("queue_depth_by_kind") or {}).get(kind, 0),
+        **{column: None if counters.get(key) is None else counters[key].get(kind, 0)
+           for column, key in (("done", "completed_by_kind"), ("failed", "failed_by_kind"),
+                               ("cancelled", "cancelled_by_kind"),
+                               ("queued", "queue_depth_by_kind"))},
     } for kind in sorted(kinds)]
 
 

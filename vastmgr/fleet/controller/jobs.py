@@ -38,6 +38,9 @@ def unusable_reason(machine: Machine) -> str | None:
         return f"machine {machine.name} was killed ({machine.kill_reason})"
     if not machine.enabled:
         return f"machine {machine.name} is disabled"
+    if not machine.can_prove:
+        return (f"machine {machine.name} runs an upstream cuzk daemon, which is watched only "
+                "(its proving API is gRPC)")
     return None
 
 

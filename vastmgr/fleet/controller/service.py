@@ -22,7 +22,8 @@ from .liveness import HEARTBEAT_INTERVALS, LIVE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
 from .transport import TransportError, transport_for
-from .watcher import HostLive, HostWatcher
+from .upstream import watcher_for
+from .watcher import HostLive
 from .watching import WatchRegistry
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,8 @@ class FleetController:
             except TransportError as exc:
                 live.lost(str(exc), self.clock())
                 continue
-            watcher = HostWatcher(live, transport, self.session, self.clock, self.interval)
+            watcher = watcher_for(machine, live, transport, self.session, self.clock,
+                                  self.interval)
             self.watchers[machine_id] = asyncio.create_task(watcher.run(), name=f"watch-{machine_id}")
 
     def live_hosts(self) -> list[HostLive]:

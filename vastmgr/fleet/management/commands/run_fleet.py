@@ -8,8 +8,10 @@ import aiohttp
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from vastmgr.config import ConfigError
 from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
 from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.upstream import poll_interval
 
 
 def uses_shared_layer() -> bool:
@@ -36,6 +38,10 @@ class Command(BaseCommand):
         for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace)):
             if value <= 0:
                 raise CommandError(f"{name} must be positive (got {value})")
+        try:
+            poll_interval(interval)  # upstream daemons are polled; refuse a bad setting now
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
         asyncio.run(self.serve(dashboard_url, tick, interval, grace))
 
     async def serve(self, dashboard_url, tick, interval, grace):

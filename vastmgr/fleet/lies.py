@@ -1,0 +1,378 @@
+"""Where an upstream cuzk status snapshot contradicts itself: the lie detector.
+
+Our StatusTracker guarantees invariants on every snapshot (DESIGN.md, "The status model";
+`cuzk_engine.status.snapshot_violations`): a partition is in `gpu` exactly when one proving
+worker holds it, `synthesis.active` equals the partitions synthesizing, the buffer counters are
+the partitions in each phase, memory used stays within the total, every job is counted once and
+leaves the list after the retention period. Curio's Rust daemon breaks each of them in known ways
+(reference: cuzk-notes §4.2-4.3). This module checks a snapshot in the shape the panels render
+(see `controller.upstream.map_snapshot`) and says, for each violation, what it means for the
+operator and which upstream behaviour causes it.
+
+Some lies only show over time ("failed 20 min ago and still listed", "only grows"), so a
+detector keeps a short per-host history. It also tallies every kind of lie per host, so the panel
+can show how often each one happened since the controller started watching.
+
+Pure Python, no Django: it is fed plain dicts and a time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+
+# A usize counter this large went below zero (a decrement without its increment) and wrapped.
+WRAPPED = 1 << 63
+# Upstream drops a completed job 30 s after `job_completed`; our engine keeps terminal jobs for
+# its retention (30 s by default). Past this, a settled job still listed never completed.
+STUCK_AFTER = 60.0
+# "Only grows" needs the counter watched for a while: rising, never falling, across this span.
+GROWTH_SPAN = 30.0
+HISTORY = 300.0
+IN_FLIGHT_PHASES = ("synthesizing", "synth_done", "gpu", "finalizing")
+
+
+@dataclass(frozen=True)
+class Lie:
+    code: str  # the kind of lie, stable (tallied per host)
+    title: str  # what the snapshot claims, with the specifics
+    meaning: str  # what is really going on, for the operator
+    cause: str  # the upstream behaviour behind it
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+TITLES = {
+    "gpu-unheld": "partition on the GPU with no worker proving it",
+    "worker-not-on-gpu": "worker proving a partition that is not on the GPU",
+    "shared-partition": "two workers on one partition",
+    "worker-fields": "worker state and job fields disagree",
+    "invisible-gpu-work": "GPU work no worker shows",
+    "synthesis-active": "synthesis.active disagrees with the partitions",
+    "synthesis-active-grows": "synthesis.active only grows",
+    "partitions-done": "partitions_done disagrees with the partitions",
+    "buffer-wrapped": "buffer counter wrapped",
+    "buffer-grows": "buffer counter never drains",
+    "srs-empty": "SRS list empty while proving",
+    "memory": "memory used above the total",
+    "counters-by-kind": "counter total differs from its sum by kind",
+    "failed-listed": "failed job never leaves the list",
+    "done-never-completed": "all partitions done but the job never completed",
+}
+
+
+def _n(value) -> int | float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+class LieDetector:
+    """One per watched upstream host: `check(snapshot, now)` returns the lies in that snapshot."""
+
+    def __init__(self, *, stuck_after: float = STUCK_AFTER, growth_span: float = GROWTH_SPAN):
+        self.stuck_after = stuck_after
+        self.growth_span = growth_span
+        self.uptime: float | None = None
+        self.settled_since: dict[tuple[str, str], float] = {}  # (job, "failed"|"done") -> first seen
+        self.series: dict[str, deque[tuple[float, float]]] = {}  # counter -> (time, excess)
+        self.tally: dict[str, dict] = {}
+        self.present: set[str] = set()
+
+    # ---- the entry point --------------------------------------------------------------
+
+    def check(self, snapshot: dict, now: float) -> list[Lie]:
+        uptime = _n(snapshot.get("uptime_secs"))
+        if uptime is not None and self.uptime is not None and uptime < self.uptime:
+            # The daemon restarted: what it said before is no evidence about the new process.
+            self.settled_since.clear()
+            self.series.clear()
+        self.uptime = uptime
+        pipelines = [p for p in snapshot.get("pipelines") or [] if isinstance(p, dict)]
+        workers = [w for w in snapshot.get("gpu_workers") or [] if isinstance(w, dict)]
+        phases = _phase_counts(pipelines)
+        lies = [
+            *self._workers_and_partitions(pipelines, workers),
+            *self._synthesis(snapshot, phases, now),
+            *self._buffers(snapshot, phases, workers, now),
+            *self._srs(snapshot, pipelines, workers),
+            *self._memory_and_counters(snapshot),
+            *self._settled_jobs(pipelines, now),
+        ]
+        self._count(lies, now)
+        return lies
+
+    def tally_rows(self) -> list[dict]:
+        """Per kind of lie: episodes (times it appeared), snapshots it was in, first and last
+        seen, and whether it is present now."""
+        return [{"code": code, "title": TITLES.get(code, code), **row,
+                 "present": code in self.present}
+                for code, row in sorted(self.tally.items())]
+
+    def _count(self, lies: list[Lie], now: float) -> None:
+        codes = {lie.code for lie in lies}
+        for code in codes:
+            row = self.tally.setdefault(code, {"episodes": 0, "snapshots": 0, "first_seen": now,
+                                               "last_seen": now})
+            row["episodes"] += code not in self.present
+            row["snapshots"] += 1
+            row["last_seen"] = now
+        self.present = codes
+
+    # ---- workers and partitions -------------------------------------------------------
+
+    def _workers_and_partitions(self, pipelines, workers) -> list[Lie]:
+        lies = []
+        states = {(p.get("job_id"), pt.get("index")): pt.get("state")
+                  for p in pipelines for pt in p.get("partitions") or [] if isinstance(pt, dict)}
+        holders: dict[tuple, list] = {}
+        idle = []
+        for w in workers:
+            wid, state = w.get("worker_id"), w.get("state")
+            job, part = w.get("current_job"), w.get("current_partition")
+            if state == "proving":
+                if job is None or part is None:
+                    lies.append(Lie("worker-fields", f"worker W{wid} is proving but names no "
+                                    "job or partition",
+                                    "the worker's current assignment is unknown",
+                                    "the worker record was cleared without its busy flag"))
+                    continue
+                holders.setdefault((job, part), []).append(wid)
+            elif state == "idle":
+                idle.append(wid)
+                if job is not None or part is not None:
+                    lies.append(Lie("worker-fields", f"worker W{wid} is {state} but still names "
+                                    f"partition {part} of job {job}",
+                                    "the job fields are left over from earlier work",
+                                    "the worker was marked idle without clearing its job"))
+        for (job, part), wids in holders.items():
+            if len(wids) > 1:
+                lies.append(Lie(
+                    "shared-partition",
+                    f"workers {_ws(wids)} all show partition {part} of job {job}",
+                    "at most one of them is proving it; the other assignments are stale",
+                    "upstream keys worker state by (job id, partition) only, and Curio reuses job "
+                    "ids across task retries (porep-<miner>-<sector>): a retry re-registers the job "
+                    "and overwrites its entries (the (job, partition) guard of partition_gpu_end, "
+                    "not a per-pickup token)"))
+            state = states.get((job, part))
+            if state != "gpu":
+                where = ("is not in the pipelines" if state is None
+                         else f"is {state}")
+                lies.append(Lie(
+                    "worker-not-on-gpu",
+                    f"worker W{wids[0]} shows partition {part} of job {job}, which {where}",
+                    "the worker is not proving that partition; it may be idle or on other work",
+                    "partition_gpu_start marks the worker busy on pickup, before the already-failed "
+                    "check, so a skipped partition of a failed job leaves it showing 'proving' until "
+                    "its next pickup; a GPU error in gpu_prove_start never updates the worker; a "
+                    "retried job id re-registers the job under the worker"))
+        for p in pipelines:
+            for pt in p.get("partitions") or []:
+                if isinstance(pt, dict) and pt.get("state") == "gpu" \
+                        and (p.get("job_id"), pt.get("index")) not in holders:
+                    idle_note = f" (idle: {_ws(idle)})" if idle else ""
+                    lies.append(Lie(
+                        "gpu-unheld",
+                        f"partition {pt.get('index')} of job {p.get('job_id')} is on the GPU but "
+                        f"no worker is proving it{idle_note}",
+                        "the partition is most likely in its finalizer (CPU), not on a GPU; if it "
+                        "stays, its GPU start failed and it will never move",
+                        "upstream has no finalizing phase: the worker is reset (or takes its next "
+                        "partition) before the finalizer runs, and the partition reads 'gpu' until "
+                        "partition_gpu_end; a GPU error in gpu_prove_start never updates it at all"))
+        return lies
+
+    # ---- synthesis --------------------------------------------------------------------
+
+    def _synthesis(self, snapshot, phases, now) -> list[Lie]:
+        active = _n((snapshot.get("synthesis") or {}).get("active"))
+        if active is None:
+            return []
+        synthesizing = phases["synthesizing"]
+        excess = active - synthesizing
+        if self._only_grows("synthesis.active", excess, now):
+            return [Lie("synthesis-active-grows",
+                        f"synthesis.active only grows: {active:g} active with {synthesizing} "
+                        f"partition(s) synthesizing, never down in {self.growth_span:g} s",
+                        "the number is a leak count, not work: synthesis capacity looks used up",
+                        "partition_failed does not decrement synthesis.active, so every failed "
+                        "synthesis leaves it one higher until the daemon restarts")]
+        if excess:
+            cause = ("partition_failed does not decrement it, and monolithic (PoSt, batched) "
+                     "syntheses are counted nowhere" if excess > 0 else
+                     "monolithic (PoSt, batched) jobs synthesize without touching the tracker")
+            return [Lie("synthesis-active",
+                        f"synthesis.active is {active:g} but {synthesizing} partition(s) are "
+                        "synthesizing",
+                        "the synthesis figure does not describe the work in the pipelines", cause)]
+        return []
+
+    # ---- buffers ----------------------------------------------------------------------
+
+    def _buffers(self, snapshot, phases, workers, now) -> list[Lie]:
+        buffers = snapshot.get("buffers")
+        if not isinstance(buffers, dict):
+            return []
+        lies = []
+        in_flight = sum(phases[p] for p in IN_FLIGHT_PHASES)
+        for name in sorted(buffers):
+            value = _n(buffers[name])
+            if value is None:
+                continue
+            if value >= WRAPPED:
+                lies.append(Lie(
+                    "buffer-wrapped", f"{name} wrapped ({value})",
+                    f"{name} went below zero: the figure is meaningless",
+                    "the monolithic path calls buf_synth_done() without buf_synth_start(), and "
+                    "failed partition syntheses never decrement the counter, so the usize wraps"))
+                self.series.pop(name, None)
+            elif self._only_grows(name, value - in_flight, now):
+                lies.append(Lie(
+                    "buffer-grows",
+                    f"buffers never drain: {name} only grows ({value:g} with {in_flight} "
+                    f"partition(s) in flight, never down in {self.growth_span:g} s)",
+                    "the counter counts allocations, never releases; it says nothing about "
+                    "memory held now",
+                    "buf_dealloc_done() is never called upstream, so aux_in_flight and "
+                    "shells_in_flight only increase (a known counter bug)"))
+        provers = _n(buffers.get("provers_in_flight"))
+        on_gpu = phases["gpu"] + phases["finalizing"]
+        proving = sum(1 for w in workers if w.get("state") == "proving")
+        if provers is not None and on_gpu < provers < WRAPPED:
+            lies.append(Lie(
+                "invisible-gpu-work",
+                f"{provers:g} proof(s) in flight per provers_in_flight, but {on_gpu} partition(s) "
+                f"on a GPU and {proving} worker(s) shown proving",
+                "GPUs are busy with work the panel cannot show; idle workers here are not idle",
+                "monolithic jobs (WinningPoSt, WindowPoSt, batched PoRep) never touch the upstream "
+                "StatusTracker: not in pipelines, not in counters, workers read idle"))
+        return lies
+
+    def _only_grows(self, name: str, excess: float, now: float) -> bool:
+        """True when `excess` (a counter above the work that explains it) is positive, rose at
+        least twice and never fell, across at least `growth_span` seconds of samples. (One rise
+        is one event, e.g. one failed synthesis; growing means it keeps happening.)"""
+        series = self.series.setdefault(name, deque())
+        if series and excess < series[-1][1]:
+            series.clear()  # it went down: whatever it counts does drain
+        series.append((now, excess))
+        while now - series[0][0] > HISTORY:
+            series.popleft()
+        if excess <= 0:
+            return False
+        rises = sum(1 for (_, before), (_, after) in pairwise(series) if after > before)
+        return rises >= 2 and now - series[0][0] >= self.growth_span
+
+    # ---- SRS, memory, counters ----------------------------------------------------------
+
+    def _srs(self, snapshot, pipelines, workers) -> list[Lie]:
+        srs = (snapshot.get("allocations") or {}).get("srs")
+        if srs != []:
+            return []
+        proving = [w for w in workers if w.get("state") == "proving"]
+        on_gpu = [(p.get("job_id"), pt.get("index")) for p in pipelines
+                  for pt in p.get("partitions") or [] if isinstance(pt, dict)
+                  and pt.get("state") == "gpu"]
+        if not proving and not on_gpu:
+            return []
+        job = proving[0].get("current_job") if proving else on_gpu[0][0]
+        return [Lie("srs-empty", f"SRS list empty while job {job} is proving",
+                    "a proving job holds its parameters: the list is unreadable, not empty",
+                    "allocations.srs uses try_lock on the SRS manager and returns [] while the "
+                    "mutex is held, e.g. during a 30-90 s parameter load")]
+
+    def _memory_and_counters(self, snapshot) -> list[Lie]:
+        lies = []
+        memory = snapshot.get("memory") or {}
+        used, total = _n(memory.get("used_bytes")), _n(memory.get("total_bytes"))
+        if used is not None and total is not None and not 0 <= used <= total:
+            lies.append(Lie("memory", f"memory used {used:g} B is outside 0..{total:g} B",
+                            "the budget figures are estimates that no longer add up",
+                            "the memory budget is an estimate (not RSS); the pinned pool is not "
+                            "charged to it, and a request larger than the total blocks forever"))
+        counters = snapshot.get("counters") or {}
+        for total_key, by_kind_key in (("total_completed", "completed_by_kind"),
+                                       ("total_failed", "failed_by_kind")):
+            count, by_kind = _n(counters.get(total_key)), counters.get(by_kind_key)
+            if count is None or not isinstance(by_kind, dict):
+                continue
+            summed = sum(v for v in map(_n, by_kind.values()) if v is not None)
+            if count != summed:
+                lies.append(Lie("counters-by-kind",
+                                f"counters.{total_key} is {count:g} but {by_kind_key} sums to "
+                                f"{summed:g}",
+                                "one of the two counts misses jobs",
+                                "upstream updates the total and the per-kind maps separately"))
+        return lies
+
+    # ---- jobs that stay -----------------------------------------------------------------
+
+    def _settled_jobs(self, pipelines, now) -> list[Lie]:
+        lies = []
+        seen = set()
+        for p in pipelines:
+            job = p.get("job_id")
+            parts = [pt for pt in p.get("partitions") or [] if isinstance(pt, dict)]
+            failed = [pt.get("index") for pt in parts if pt.get("state") == "failed"]
+            all_done = bool(parts) and all(pt.get("state") == "done" for pt in parts)
+            done = sum(1 for pt in parts if pt.get("state") == "done")
+            reported_done = _n(p.get("partitions_done"))
+            if reported_done is not None and parts and reported_done != done:
+                lies.append(Lie("partitions-done",
+                                f"job {job}: partitions_done is {reported_done:g} but "
+                                f"{done} partition(s) show done",
+                                "the progress figure is wrong",
+                                "partitions_done is counted apart from the partition states"))
+            kind = "failed" if failed else "done" if all_done else None
+            if kind is None:
+                continue
+            key = (job, kind)
+            seen.add(key)
+            since = self.settled_since.setdefault(key, now)
+            listed = now - since
+            if listed < self.stuck_after:
+                continue
+            if kind == "failed":
+                lies.append(Lie(
+                    "failed-listed",
+                    f"job {job} failed {_ago(listed)} ago (partition {_list(failed)}) and is "
+                    "still listed",
+                    "the job is over; it is not running, and it is missing from "
+                    "counters.total_failed",
+                    "jobs that fail a partition never reach job_completed, so upstream never "
+                    "garbage-collects them nor counts them as failed"))
+            else:
+                lies.append(Lie(
+                    "done-never-completed",
+                    f"job {job}: all {len(parts)} partitions have shown done for {_ago(listed)}, "
+                    "yet the job never completed",
+                    "at least one partition failed on the GPU: the job failed, it did not finish",
+                    "partition_gpu_end marks a partition done before the GPU result is checked, "
+                    "and a failed job never reaches job_completed (a completed job leaves the "
+                    "list after 30 s)"))
+        for key in list(self.settled_since):
+            if key not in seen:
+                del self.settled_since[key]
+        return lies
+
+
+def _phase_counts(pipelines: list[dict]) -> dict[str, int]:
+    counts = dict.fromkeys(("pending", *IN_FLIGHT_PHASES, "done", "failed", "cancelled"), 0)
+    for p in pipelines:
+        for pt in p.get("partitions") or []:
+            if isinstance(pt, dict) and pt.get("state") in counts:
+                counts[pt["state"]] += 1
+    return counts
+
+
+def _ws(ids) -> str:
+    return ", ".join(f"W{i}" for i in ids)
+
+
+def _list(items) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"

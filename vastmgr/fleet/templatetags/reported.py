@@ -1,0 +1,24 @@
+"""`{{ value|reported }}`: the value, or "not reported" when the engine did not send it.
+
+Upstream cuzk daemons lack many of our fields, and any field may be absent or null; a panel
+that printed 0 (or "None") for those would state something nobody measured.
+"""
+
+from django import template
+from django.template.defaultfilters import filesizeformat, floatformat
+from django.utils.html import format_html
+
+register = template.Library()
+
+NOT_REPORTED = format_html('<span class="not-reported" title="{}">not reported</span>',
+                           "the engine did not send this value")
+FORMATS = {"bytes": filesizeformat, "secs": lambda v: floatformat(v, 1),
+           "int": lambda v: floatformat(v, 0)}
+
+
+@register.filter
+def reported(value, fmt: str = ""):
+    # A missing key reaches a filter as the empty string (string_if_invalid).
+    if value is None or value == "":
+        return NOT_REPORTED
+    return FORMATS[fmt](value) if fmt else value
