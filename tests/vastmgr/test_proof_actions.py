@@ -51,6 +51,7 @@ def test_a_running_proof_is_marked_for_the_controller_and_stays_running_until_th
     assert job.status == ProofJob.Status.RUNNING and job.cancel_requested
     page = client.get(f"/proofs/{job.pk}/").content.decode()
     assert "cancelling…" in page and f'action="/proofs/{job.pk}/cancel/"' not in page
+    assert "{#" not in page and "hx-headers (the form" not in page  # template comments stay hidden
     # a second click is refused politely, not a 500
     response = post(client, f"/proofs/{job.pk}/cancel/")
     assert response.status_code == 302
