@@ -151,3 +151,18 @@ def test_at_390_px_no_page_scrolls_sideways(stack, browser, clean_env):
     assert name_cell.get_attribute("title") == LONG_NAME
     assert name_cell.evaluate("el => el.scrollWidth > el.clientWidth")  # cut with an ellipsis
     assert page.locator("tr.level-error").count() >= 1
+
+
+def test_dark_mode_follows_the_system_setting(stack, browser):
+    page = logged_in(browser, stack, DESKTOP)
+    colours = "() => [getComputedStyle(document.body).backgroundColor, " \
+              "getComputedStyle(document.body).color]"
+    page.goto(f"{stack}/proofs/")
+    light = page.evaluate(colours)
+    page.emulate_media(color_scheme="dark")
+    dark = page.evaluate(colours)
+    assert light == ["rgb(246, 247, 249)", "rgb(29, 35, 48)"]
+    assert dark == ["rgb(17, 21, 28)", "rgb(227, 232, 239)"]
+    table = page.locator("table.grid").first.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert table == "rgb(26, 32, 43)"  # surfaces follow too, not only the page
+    screenshot(page, "proofs-dark")

@@ -34,6 +34,10 @@ def test_a_queued_proof_is_cancelled_at_once_by_its_owner():
     job = ProofJob.objects.create(kind="winning-post", seed=1, requested_by=owner)
     response = post(client, f"/proofs/{job.pk}/cancel/", next="/proofs/?kind=winning-post")
     assert response.status_code == 302 and response["Location"] == "/proofs/?kind=winning-post"
+    other = ProofJob.objects.create(kind="winning-post", seed=2, requested_by=owner)
+    for elsewhere in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+        response = post(client, f"/proofs/{other.pk}/cancel/", next=elsewhere)
+        assert response["Location"] == f"/proofs/{other.pk}/", elsewhere  # never off-site
     job.refresh_from_db()
     assert job.status == ProofJob.Status.CANCELLED and job.finished_at is not None
     assert "before it reached an engine" in job.error

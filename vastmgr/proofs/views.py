@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from cuzk_engine.config import DEFAULT_PRIORITIES
@@ -111,10 +112,10 @@ def _job_for_action(request, job_id) -> ProofJob:
     return job
 
 
-def _back_to(request, job: ProofJob, fallback: str):
+def _back_to(request, fallback: str):
     """After an action: where the form said (the list keeps its filters), else the proof."""
     target = request.POST.get("next", "")
-    if not target.startswith("/") or target.startswith("//"):
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts=None) or not target.startswith("/"):
         target = fallback
     if request.headers.get("HX-Request"):
         response = HttpResponse(status=204)
@@ -133,8 +134,9 @@ def proof_cancel(request, job_id):
         else:
             job.request_cancel(request.user)
             messages.info(request, "Proof cancelled." if job.is_final else
-                          "Cancel requested: the engine stops the proof within a second or two.")
-    return _back_to(request, job, reverse("proof", args=[job.pk]))
+                          "Cancel requested: the controller is stopping it on its engine; the status "
+                          "changes when the engine confirms.")
+    return _back_to(request, reverse("proof", args=[job.pk]))
 
 
 @require_POST
@@ -142,14 +144,14 @@ def proof_retry(request, job_id):
     job = _job_for_action(request, job_id)
     if not job.can_retry:
         messages.error(request, f"Only a failed or cancelled proof can be retried; this one is {job.status}.")
-        return _back_to(request, job, reverse("proof", args=[job.pk]))
+        return _back_to(request, reverse("proof", args=[job.pk]))
     retry = job.retry(request.user)
     if reason := unavailable_reason(None):
         retry.fail(reason)
         messages.error(request, f"Not started: {reason}.")
     else:
         messages.info(request, "Retry queued as a new proof.")
-    return _back_to(request, retry, reverse("proof", args=[retry.pk]))
+    return _back_to(request, reverse("proof", args=[retry.pk]))
 
 
 def new_proof(request):
