@@ -23,6 +23,9 @@ def test_the_500_page_renders_without_any_request_context():
         def __getattr__(self, name):
             raise RuntimeError("the session store is down")
 
+    from django.urls import get_resolver
+
+    assert get_resolver().resolve_error_handler(500) is server_error
     response = server_error(Broken())
     html = response.content.decode()
     assert response.status_code == 500
@@ -133,3 +136,15 @@ def test_the_local_machine_offers_no_ssh_actions(staff):
     ssh = Machine.objects.create(name="rented", provider="ssh", host="10.0.0.5")
     assert f"/remote/machines/{ssh.pk}/provision/" in staff.get(
         f"/remote/machines/{ssh.pk}/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_stale_form_gets_a_plain_403_page_with_navigation():
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_user("op", password="pw-123456789"))
+    response = client.post("/proofs/new/", {"kind": "winning-post"})
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "security token no longer matches" in html and "<nav>" in html

@@ -170,3 +170,32 @@ async def test_cancelling_a_running_proof_stops_it_on_the_engine(engine):
     pipeline = next(p for p in engine.status()["pipelines"] if p.get("request_id") == str(job.pk))
     assert pipeline["status"] == "cancelled"
     assert engine.status()["counters"]["total_completed"] == 0
+
+
+@pytest.mark.django_db
+def test_a_cancel_for_a_job_whose_machine_went_offline_ends_cancelled_not_requeued():
+    from vastmgr.fleet.controller import jobs
+
+    machine = Machine.objects.create(name="gpu-2", provider="local")
+    job = ProofJob.objects.create(kind="winning-post", seed=1, machine=machine,
+                                  status=ProofJob.Status.RUNNING, cancel_requested=True)
+    assert [j.pk for j in jobs.cancel_requests()] == [job.pk]
+    jobs.requeue(job.pk, machine.pk, "machine offline for more than 60 s")
+    job.refresh_from_db()
+    assert job.status == ProofJob.Status.CANCELLED and "machine offline" in job.error
+    assert jobs.cancel_requests() == []
+
+
+@pytest.mark.django_db
+def test_a_job_cancelled_while_being_submitted_is_cancelled_on_the_engine_as_an_orphan():
+    """The view cancels a queued job in the instant the controller submits it: the engine's
+    pipeline then carries a finished job's id, and the controller cancels it there."""
+    from vastmgr.fleet.controller import jobs
+
+    machine = Machine.objects.create(name="gpu-3", provider="local")
+    job = ProofJob.objects.create(kind="winning-post", seed=1)
+    job.request_cancel(get_user_model().objects.create_user("op"))
+    assert jobs.mark_dispatched(job.pk, machine.pk, "e-1") is None  # too late: stays cancelled
+    adopt, cancel = jobs.orphans(machine.pk, [{"request_id": str(job.pk), "job_id": "e-1",
+                                               "status": "running"}])
+    assert adopt == [] and cancel == ["e-1"]
