@@ -126,7 +126,13 @@ def no_sideways_scroll(page) -> dict:
 def test_at_390_px_no_page_scrolls_sideways(stack, browser, clean_env):
     page = logged_in(browser, stack, PHONE)
     job_id = start_proof(page, stack, "winning-post", 3)
-    wait_for_status(page, job_id, "done")
+    # The list refreshes its rows in place (every 5 s) until the proof is done.
+    page.goto(f"{stack}/proofs/")
+    page.evaluate("window.__listToken = 1")
+    page.wait_for_function(
+        "id => document.querySelector(`#job-${id} .status`).textContent === 'done'",
+        arg=job_id, timeout=PROOF_TIMEOUT_MS, polling=200)
+    assert page.evaluate("window.__listToken") == 1, "the list was reloaded instead of refreshed"
     # A machine with a 100-character name (the case that stretched tables in the issue) and an
     # error event with a long message, written into the stack's own database.
     script = ("from vastmgr.fleet.models import Machine, Event; "
