@@ -1,6 +1,8 @@
 """Cancel and retry from the dashboard: who may, what each status allows, and that a cancel of
 a running proof really stops it on a real engine (DELETE /v1/proofs/{id} from the controller)."""
 
+import re
+
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
@@ -9,6 +11,7 @@ from django.utils import timezone
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
+from vastmgr.fleet.controller.fragments import render_proof
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -135,6 +138,10 @@ def test_progress_and_eta_come_from_partition_counts_and_the_recent_pace():
     # 4 partitions in 40 s: 10 s each, 12 left
     assert summary["percent"] == 25 and summary["done"] == 4 and summary["total"] == 16
     assert 119 <= summary["eta_seconds"] <= 121
+    html = render_proof(job)
+    assert "<b>25%</b> (4 of 16 partitions done)" in html
+    assert re.search(r"about <b>1(19|20|21) s</b> left at the recent pace <small class=\"muted\">"
+                     r"\(estimated at \d\d:\d\d:\d\d\)", html)
     job.progress = {"partitions": [{"index": i, "state": "gpu"} for i in range(16)]}
     assert job.progress_summary()["eta_seconds"] is None  # no pace measured, no history
     end = timezone.now()

@@ -184,17 +184,18 @@ class ProofJob(models.Model):
         done, total = self.partition_counts()
         if not total:
             return None
-        eta = None
+        eta, now = None, timezone.now()
         if self.started_at and done:
-            per_partition = (timezone.now() - self.started_at).total_seconds() / done
+            per_partition = (now - self.started_at).total_seconds() / done
             eta = per_partition * (total - done)
         elif self.started_at:
             recent = self.recent_durations(self.kind, self.profile, limit=20)
             if recent:
-                elapsed = (timezone.now() - self.started_at).total_seconds()
+                elapsed = (now - self.started_at).total_seconds()
                 eta = max(statistics.median(recent) - elapsed, 0.0)
+        # `as_of` labels the ETA: it is re-rendered only when the partitions change.
         return {"done": done, "total": total, "percent": round(100 * done / total),
-                "eta_seconds": None if eta is None else round(eta)}
+                "eta_seconds": None if eta is None else round(eta), "as_of": now}
 
     @classmethod
     def recent_durations(cls, kind: str, profile: str, limit: int = 200) -> list[float]:
