@@ -28,7 +28,8 @@ def wait_for_http(url: str, timeout: float, died: Callable[[], str | None] = lam
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 return response.status
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            # TimeoutError: accepted but not answered yet (a busy machine, still starting).
             time.sleep(0.3)
     raise AssertionError(f"{url} did not answer within {timeout}s")
 

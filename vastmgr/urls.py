@@ -13,6 +13,8 @@ urlpatterns = [
     path("proofs/", proof_views.proof_list, name="proofs"),
     path("proofs/new/", proof_views.new_proof, name="proof-new"),
     path("proofs/<uuid:job_id>/", proof_views.proof_detail, name="proof"),
+    path("proofs/<uuid:job_id>/cancel/", proof_views.proof_cancel, name="proof-cancel"),
+    path("proofs/<uuid:job_id>/retry/", proof_views.proof_retry, name="proof-retry"),
     path("proofs/<uuid:job_id>/<str:name>", proof_views.proof_download, name="proof-download"),
     path("fragments/fleet/", fleet_views.fleet_fragment, name="fleet-fragment"),
     path("fragments/hosts/<int:machine_id>/", fleet_views.host_fragment, name="host-fragment"),
@@ -21,3 +23,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# Error pages extend base.html for the navigation; a 500 is rendered without the request's
+# context processors (they may be what failed).
+handler500 = "vastmgr.errors.server_error"

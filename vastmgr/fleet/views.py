@@ -6,8 +6,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from .controller import fragments
-from .forms import SrsActionForm
-from .models import Event, HostAction, Machine
+from .forms import EventListForm, SrsActionForm
+from .models import HostAction, Machine
 
 
 def fleet(request):
@@ -57,7 +57,12 @@ def host_srs(request, machine_id):
 
 
 def events(request):
-    return render(request, "fleet/events.html", {"events": Event.objects.select_related("machine")[:200]})
+    form = EventListForm(request.GET)
+    context = {"form": form, "sorts": form.sort_links()}
+    if not form.is_valid():
+        return render(request, "fleet/events.html", context, status=400)
+    context.update(page=form.page_of(form.events()), page_query=form.query_without("page"))
+    return render(request, "fleet/events.html", context)
 
 
 def offers(request):

@@ -3,6 +3,7 @@ import secrets
 from django import forms
 
 from vastmgr.fleet.models import Machine
+from vastmgr.tables import TableForm
 
 from .models import MAX_SEED, ProofJob
 
@@ -38,3 +39,19 @@ class TestProofForm(forms.Form):
         if seed is not None and count and seed + count - 1 > MAX_SEED:
             self.add_error("seed", f"seed + count - 1 must stay at most {MAX_SEED}")
         return cleaned
+
+
+class ProofListForm(TableForm):
+    SORTS = {"submitted": "submitted_at", "kind": "kind", "profile": "profile", "seed": "seed",
+             "status": "status", "machine": "machine__name", "duration": "duration_sort"}
+    DEFAULT_SORT = "-submitted"
+
+    q = forms.CharField(required=False, max_length=100, strip=True, label="Search",
+                        help_text="job id (or its start), seed or machine name")
+    status = forms.ChoiceField(required=False, choices=[("", "any status")] + list(
+        ProofJob.Status.choices))
+    kind = forms.ChoiceField(required=False, choices=[("", "any kind")] + list(
+        ProofJob.Kind.choices))
+    machine = forms.ModelChoiceField(required=False, queryset=Machine.objects.all(),
+                                     empty_label="any machine",
+                                     error_messages={"invalid_choice": "No such machine."})

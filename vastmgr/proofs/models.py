@@ -1,10 +1,15 @@
+from __future__ import annotations
+
+import statistics
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
+from vastmgr.fleet.models import Event
 from vastmgr.transitions import check_transition
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
@@ -84,6 +89,12 @@ class ProofJob(models.Model):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    cancel_requested = models.BooleanField(
+        default=False, help_text="An operator asked to cancel; the controller cancels it on the engine"
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
 
     class Meta:
         ordering = ["-submitted_at"]
@@ -113,3 +124,102 @@ class ProofJob(models.Model):
 
     def fail(self, error: str, **fields) -> None:
         self.move_to(self.Status.FAILED, error=error, **fields)
+
+    # ---- operator actions ------------------------------------------------------------------
+
+    def may_be_changed_by(self, user) -> bool:
+        """Staff may act on any proof, everyone else on the proofs they started."""
+        return bool(user.is_staff or (self.requested_by_id and self.requested_by_id == user.pk))
+
+    @property
+    def can_cancel(self) -> bool:
+        return not self.is_final and not self.cancel_requested
+
+    @property
+    def can_retry(self) -> bool:
+        return self.status in (self.Status.FAILED, self.Status.CANCELLED)
+
+    def request_cancel(self, user) -> None:
+        """A queued job is cancelled at once; one on an engine is marked for the controller,
+        which cancels it there (DELETE /v1/proofs/{id}) and records the engine's answer."""
+        if self.status == self.Status.QUEUED:
+            self.move_to(self.Status.CANCELLED, cancel_requested=True,
+                         error="cancelled by the operator before it reached an engine")
+        elif not self.is_final:
+            self.cancel_requested = True
+            self.save(update_fields=["cancel_requested"])
+        Event.record("proof", f"proof {self.pk}: cancel requested by {user.get_username()}",
+                     machine=self.machine, data={"job": str(self.pk)})
+
+    def retry(self, user) -> ProofJob:
+        """A new queued job with the same kind, profile, seed and priority; the machine is
+        chosen again (the one this job had may be why it failed)."""
+        retry = ProofJob.objects.create(kind=self.kind, profile=self.profile, seed=self.seed,
+                                        priority=self.priority, requested_by=user, retry_of=self)
+        Event.record("proof", f"proof {self.pk} retried by {user.get_username()} as {retry.pk}",
+                     machine=self.machine, data={"job": str(retry.pk), "retry_of": str(self.pk)})
+        return retry
+
+    # ---- progress and durations ------------------------------------------------------------
+
+    @property
+    def duration(self) -> timedelta | None:
+        """Time on the engine: from start (or submission) to the end, or until now if running."""
+        start = self.started_at or (self.submitted_at if self.finished_at else None)
+        if start is None:
+            return None
+        return (self.finished_at or timezone.now()) - start
+
+    def partition_counts(self) -> tuple[int, int]:
+        partitions = (self.progress or {}).get("partitions") or []
+        done = sum(1 for p in partitions if p.get("state") == "done")
+        return done, len(partitions)
+
+    def progress_summary(self) -> dict | None:
+        """Progress % from the partition counts and an ETA from this job's own pace (time per
+        finished partition so far), or, before its first partition is done, from recent
+        finished jobs of the same kind and profile. None when there is nothing to show."""
+        if self.is_final:
+            return None
+        done, total = self.partition_counts()
+        if not total:
+            return None
+        eta, now = None, timezone.now()
+        if self.started_at and done:
+            per_partition = (now - self.started_at).total_seconds() / done
+            eta = per_partition * (total - done)
+        elif self.started_at:
+            recent = self.recent_durations(self.kind, self.profile, limit=20)
+            if recent:
+                elapsed = (now - self.started_at).total_seconds()
+                eta = max(statistics.median(recent) - elapsed, 0.0)
+        # `as_of` labels the ETA: it is re-rendered only when the partitions change.
+        return {"done": done, "total": total, "percent": round(100 * done / total),
+                "eta_seconds": None if eta is None else round(eta), "as_of": now}
+
+    @classmethod
+    def recent_durations(cls, kind: str, profile: str, limit: int = 200) -> list[float]:
+        rows = (cls.objects.filter(kind=kind, profile=profile, status=cls.Status.DONE,
+                                   started_at__isnull=False, finished_at__isnull=False)
+                .order_by("-finished_at").values_list("started_at", "finished_at")[:limit])
+        return [(end - start).total_seconds() for start, end in rows]
+
+    @classmethod
+    def duration_percentiles(cls, since: timedelta = timedelta(hours=24)) -> list[dict]:
+        """p50/p95 of done proofs' durations per kind and profile over the window."""
+        rows = (cls.objects.filter(status=cls.Status.DONE, started_at__isnull=False,
+                                   finished_at__gte=timezone.now() - since)
+                .values_list("kind", "profile", "started_at", "finished_at"))
+        groups: dict[tuple[str, str], list[float]] = {}
+        for kind, profile, start, end in rows:
+            groups.setdefault((kind, profile), []).append((end - start).total_seconds())
+        return [{"kind": kind, "profile": profile, "count": len(values),
+                 "p50": _percentile(values, 50), "p95": _percentile(values, 95)}
+                for (kind, profile), values in sorted(groups.items())]
+
+
+def _percentile(values: list[float], pct: int) -> float:
+    """Nearest-rank percentile: always a duration that was actually measured."""
+    ordered = sorted(values)
+    rank = max(1, -(-pct * len(ordered) // 100))
+    return ordered[rank - 1]

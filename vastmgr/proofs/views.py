@@ -1,37 +1,59 @@
+import io
 import json
+import re
+import tarfile
 import time
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
 
 from cuzk_engine.config import DEFAULT_PRIORITIES
 from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
 
-from .forms import TestProofForm
-from .models import ProofJob
+from .forms import ProofListForm, TestProofForm
+from .models import MAX_SEED, ProofJob
 
-LIST_LIMIT = 200
+ARCHIVE_NAME = "proof.tar.gz"
+FILES = ("proof.bin", "vk.json", "public_inputs.json")
 
 
 def proof_list(request):
-    jobs = ProofJob.objects.select_related("machine")
-    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "machine")}
-    if filters["status"]:
-        jobs = jobs.filter(status=filters["status"])
-    if filters["kind"]:
-        jobs = jobs.filter(kind=filters["kind"])
-    if filters["machine"].isdigit():
-        jobs = jobs.filter(machine_id=int(filters["machine"]))
-    return render(request, "proofs/list.html", {
-        "jobs": jobs[:LIST_LIMIT], "filters": filters,
-        "statuses": ProofJob.Status.choices, "kinds": ProofJob.Kind.choices,
-        "machines": Machine.objects.all(),
-    })
+    form = ProofListForm(request.GET)
+    context = {"form": form, "sorts": form.sort_links(),
+               "percentiles": ProofJob.duration_percentiles()}
+    if not form.is_valid():
+        return render(request, "proofs/list.html", context, status=400)
+    context["page"] = page = form.page_of(filtered_jobs(form.cleaned_data))
+    for job in page:
+        job.user_may_change = job.may_be_changed_by(request.user)
+    context["page_query"] = form.query_without("page")
+    return render(request, "proofs/list.html", context)
+
+
+def filtered_jobs(params: dict):
+    jobs = ProofJob.objects.select_related("machine").annotate(duration_sort=ExpressionWrapper(
+        Coalesce(F("finished_at"), Now()) - F("started_at"), output_field=DurationField()))
+    for name in ("status", "kind", "machine"):
+        if params.get(name):
+            jobs = jobs.filter(**{name: params[name]})
+    if query := params.get("q"):
+        match = Q(machine__name__icontains=query)
+        if query.isdigit() and int(query) <= MAX_SEED:
+            match |= Q(seed=int(query))
+        if re.fullmatch(r"[0-9a-fA-F-]{4,36}", query):
+            match |= Q(id__istartswith=query)
+        jobs = jobs.filter(match)
+    return jobs
 
 
 def proof_detail(request, job_id):
@@ -45,18 +67,91 @@ def proof_fragment(request, job_id):
 
 
 def proof_download(request, job_id, name):
+    """One file under its plain name, or all three in one tar.gz that `python -m cuzk_engine
+    verify DIR` accepts once unpacked into DIR."""
     job = get_object_or_404(ProofJob, pk=job_id)
-    if name == "proof.bin" and job.proof:
-        body, content_type = bytes(job.proof), "application/octet-stream"
-    elif name == "vk.json" and job.vk is not None:
-        body, content_type = json.dumps(job.vk, indent=1), "application/json"
-    elif name == "public_inputs.json" and job.public_inputs is not None:
-        body, content_type = json.dumps(job.public_inputs, indent=1), "application/json"
+    files = proof_files(job)
+    if name == ARCHIVE_NAME and len(files) == len(FILES):
+        body, content_type = proof_archive(files), "application/gzip"
+        filename = f"proof-{str(job.pk)[:8]}.tar.gz"
+    elif name in files:
+        body, filename = files[name], name
+        content_type = "application/octet-stream" if name.endswith(".bin") else "application/json"
     else:
-        raise Http404(f"this job has no {name}")
+        raise Http404(f"This proof has no {name} (yet).")
     response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{job.pk}-{name}"'
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+def proof_files(job: ProofJob) -> dict[str, bytes]:
+    files = {}
+    if job.proof:
+        files["proof.bin"] = bytes(job.proof)
+    if job.vk is not None:
+        files["vk.json"] = json.dumps(job.vk, indent=1).encode()
+    if job.public_inputs is not None:
+        files["public_inputs.json"] = json.dumps(job.public_inputs, indent=1).encode()
+    return files
+
+
+def proof_archive(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _job_for_action(request, job_id) -> ProofJob:
+    job = get_object_or_404(ProofJob, pk=job_id)
+    if not job.may_be_changed_by(request.user):
+        raise PermissionDenied("Only staff or the person who started this proof may change it.")
+    return job
+
+
+def _back_to(request, fallback: str):
+    """After an action: where the form said (the list keeps its filters), else the proof."""
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts=None) or not target.startswith("/"):
+        target = fallback
+    if request.headers.get("HX-Request"):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = target
+        return response
+    return redirect(target)
+
+
+@require_POST
+def proof_cancel(request, job_id):
+    with transaction.atomic():
+        job = _job_for_action(request, job_id)
+        job = ProofJob.objects.select_for_update().get(pk=job.pk)
+        if not job.can_cancel:
+            messages.error(request, f"This proof is {job.status}: there is nothing to cancel.")
+        else:
+            job.request_cancel(request.user)
+            messages.info(request, "Proof cancelled." if job.is_final else
+                          "Cancel requested: the controller is stopping it on its engine; the status "
+                          "changes when the engine confirms.")
+    return _back_to(request, reverse("proof", args=[job.pk]))
+
+
+@require_POST
+def proof_retry(request, job_id):
+    job = _job_for_action(request, job_id)
+    if not job.can_retry:
+        messages.error(request, f"Only a failed or cancelled proof can be retried; this one is {job.status}.")
+        return _back_to(request, reverse("proof", args=[job.pk]))
+    retry = job.retry(request.user)
+    if reason := unavailable_reason(None):
+        retry.fail(reason)
+        messages.error(request, f"Not started: {reason}.")
+    else:
+        messages.info(request, "Retry queued as a new proof.")
+    return _back_to(request, reverse("proof", args=[retry.pk]))
 
 
 def new_proof(request):

@@ -66,12 +66,13 @@ class ApiKeyForm(forms.Form):
 
 
 class OfferSearchForm(forms.Form):
-    gpu_name = forms.CharField(required=False, max_length=100)
-    num_gpus = forms.IntegerField(required=False, min_value=1, max_value=16)
-    min_cpu_ram_gb = forms.FloatField(required=False, min_value=0)
-    max_dph = forms.FloatField(required=False, min_value=0)
-    min_reliability = forms.FloatField(required=False, min_value=0, max_value=1)
-    geolocation = forms.CharField(required=False, max_length=2)
+    gpu_name = forms.CharField(required=False, max_length=100, label="GPU name")
+    num_gpus = forms.IntegerField(required=False, min_value=1, max_value=16, label="GPUs")
+    min_cpu_ram_gb = forms.FloatField(required=False, min_value=0, label="Min RAM (GB)")
+    max_dph = forms.FloatField(required=False, min_value=0, label="Max $/h")
+    min_reliability = forms.FloatField(required=False, min_value=0, max_value=1,
+                                       label="Min reliability (0–1)")
+    geolocation = forms.CharField(required=False, max_length=2, label="Country (2 letters)")
 
 
 class CommandForm(forms.Form):

@@ -37,8 +37,18 @@ class Secret(models.Model):
         try:
             row = cls.objects.get(name=name)
         except cls.DoesNotExist:
-            raise secrets.SecretUnavailable(f"secret {name!r} has not been entered") from None
+            raise secrets.SecretUnavailable(cls.missing_message(name)) from None
         return secrets.decrypt(row.ciphertext, name=name)
+
+    @classmethod
+    def missing_message(cls, name: str) -> str:
+        """What an operator should do, in their words rather than the secret's internal name."""
+        if name == cls.VAST_API_KEY:
+            return "Enter your Vast API key first (at the top of the Offers page)"
+        if name.startswith("ssh_key:"):
+            return ("No SSH private key is stored for this machine (it is entered, or a key "
+                    "file named, when the host is added)")
+        return f"The {name.replace('_', ' ')} has not been entered yet"
 
     @classmethod
     def is_set(cls, name: str) -> bool:

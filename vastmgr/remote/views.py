@@ -86,7 +86,10 @@ ACTIONS = {"provision", "stop", "restart", "upgrade"}
 def machine_action(request, pk, action):
     machine = get_object_or_404(Machine, pk=pk)
     user = request.user.get_username()
-    if action == "clear-host-key":
+    if machine.provider == Machine.Provider.LOCAL and action in ACTIONS | {"clear-host-key"}:
+        messages.error(request, f"{machine.name} is a local engine without SSH: there is "
+                                f"nothing to {action.replace('-', ' ')} over SSH.")
+    elif action == "clear-host-key":
         machine.ssh_host_key = ""
         machine.save(update_fields=["ssh_host_key", "updated"])
         Event.record("ssh_host_key", f"{machine.name}: pinned host key cleared by {user}",

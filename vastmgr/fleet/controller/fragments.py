@@ -311,6 +311,7 @@ def proof_context(job: ProofJob) -> dict:
         "gantt": gantt(job),
         "proof_chunks": [proof[i:i + 192].hex() for i in range(0, len(proof), 192)],
         "proof_len": len(proof),
+        "progress": job.progress_summary(),
     }
 
 

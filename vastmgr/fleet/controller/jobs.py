@@ -32,6 +32,18 @@ def in_flight_jobs() -> list[ProofJob]:
     return list(ProofJob.objects.filter(status__in=IN_FLIGHT))
 
 
+def cancel_requests() -> list[ProofJob]:
+    """Jobs on an engine that an operator asked to cancel (queued ones are cancelled at once)."""
+    return list(ProofJob.objects.filter(status__in=IN_FLIGHT, cancel_requested=True))
+
+
+def cancel_refused(job_id, error: str) -> None:
+    job = ProofJob.objects.select_related("machine").filter(pk=job_id).first()
+    if job is not None:
+        Event.record("proof", f"proof {job.pk}: the engine refused to cancel it: {error}",
+                     machine=job.machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
+
+
 def unusable_reason(machine: Machine) -> str | None:
     """Why a job pinned to this machine can never run there (None: it can, maybe later)."""
     if machine.state == Machine.State.KILLED:
@@ -67,6 +79,10 @@ def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
     if job is None:
         return None
     machine = job.machine
+    if job.cancel_requested:
+        # Nothing to bring back: the operator wanted it gone, and the engine lost it anyway.
+        job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
+        return job
     job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
     Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}",
                  machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})

@@ -48,6 +48,7 @@ class FleetController:
         self.watchers: dict[int, asyncio.Task] = {}
         self.waiters: dict[str, asyncio.Task] = {}
         self.actions: set[int] = set()
+        self.cancelling: set[str] = set()  # job ids whose engine cancel is under way
         self.background: set[asyncio.Task] = set()
         self.machine_names: dict[int, str] = {}
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
@@ -133,6 +134,7 @@ class FleetController:
                 self._spawn(self._cancel_orphan(machine_id, engine_job_id))
         await self.requeue_lost(now)
         await self.dispatch()
+        await self.cancel_requested()
         await self.run_actions()
         if now - self.last_sample >= self.history_every:
             self.last_sample = now
@@ -378,6 +380,32 @@ class FleetController:
                           else "machine is disabled or killed")
                 requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
                 await self._publish_job(requeued)
+
+    async def cancel_requested(self) -> None:
+        """Send DELETE to the engine for each job an operator asked to cancel. The result
+        waiter then reads the engine's `cancelled` record and moves the job, as for any result;
+        a job that finished before the cancel arrived stays done."""
+        requests = await database_sync_to_async(jobs.cancel_requests)()
+        self.cancelling &= {str(job.pk) for job in requests}
+        for job in requests:
+            live = self.hosts.get(job.machine_id)
+            if str(job.pk) in self.cancelling or live is None or not live.connected \
+                    or live.client is None:
+                continue  # an offline machine's job is cancelled when it is re-queued
+            self.cancelling.add(str(job.pk))
+            self._spawn(self._cancel_job(job, live))
+
+    async def _cancel_job(self, job: ProofJob, live: HostLive) -> None:
+        try:
+            await live.client.cancel(job.engine_job_id or str(job.pk))
+        except EngineUnreachable as exc:
+            log.info("cancel of %s on machine %s failed, will retry: %s", job.pk, job.machine_id, exc)
+            self.cancelling.discard(str(job.pk))
+            return
+        except EngineAPIError as exc:
+            await database_sync_to_async(jobs.cancel_refused)(job.pk, str(exc))
+            return
+        self._watch_result(job)
 
     async def _cancel_orphan(self, machine_id: int, engine_job_id: str) -> None:
         live = self.hosts.get(machine_id)

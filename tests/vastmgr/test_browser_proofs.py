@@ -1,0 +1,174 @@
+"""The proofs pages in a real browser against the real stack (`manage.py up`): cancel a running
+proof and retry it from the page, download the one-file archive and verify it with the engine's
+own CLI, and at 390 px wide no page scrolls sideways. Screenshots go to test-output/browser/."""
+
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from tests.conftest import REPO
+from tests.vastmgr import test_browser
+from tests.vastmgr.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PASSWORD,
+    PROOF_TIMEOUT_MS,
+    USER,
+    screenshot,
+)
+
+pytestmark = test_browser.pytestmark
+# The same stack as test_browser's (`manage.py up` on free ports, its own data dir).
+stack, param_cache = test_browser.stack, test_browser.param_cache
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 900}
+LONG_NAME = "gpu-host-" + "x" * 91  # 100 characters, like the name in the issue
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def logged_in(browser, stack, viewport):
+    page = browser.new_page(viewport=viewport, accept_downloads=True)
+    page.goto(f"{stack}/accounts/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{stack}/")
+    return page
+
+
+def start_proof(page, stack, kind: str, seed: int) -> str:
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", kind)
+    page.select_option("#id_profile", "tiny")
+    page.fill("#id_seed", str(seed))
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(f"{stack}/proofs/*/")
+    return page.url.rstrip("/").rsplit("/", 1)[1]
+
+
+def wait_for_status(page, job_id: str, status: str, timeout=PROOF_TIMEOUT_MS):
+    page.wait_for_function(
+        """([id, status]) => {
+          const s = document.getElementById(`proof-${id}-status`);
+          return s && s.textContent.trim() === status;
+        }""", arg=[job_id, status], timeout=timeout, polling=50)
+
+
+def test_cancel_a_running_proof_then_retry_it_and_verify_the_downloaded_archive(
+        stack, browser, tmp_path):
+    page = logged_in(browser, stack, DESKTOP)
+    # snap-update: 16 partitions, seconds of work on the tiny profile to catch it running
+    job_id = start_proof(page, stack, "snap-update", 21)
+    wait_for_status(page, job_id, "running")
+    page.locator(f"#proof-{job_id}").get_by_role("button", name="Cancel").click()
+    wait_for_status(page, job_id, "cancelled", timeout=60_000)
+    assert "Cancel requested" in page.locator(".messages").text_content()
+    panel = page.locator(f"#proof-{job_id}")
+    assert panel.get_by_role("button", name="Cancel").count() == 0
+
+    panel.get_by_role("button", name="Retry").click()
+    page.wait_for_url(lambda url: "/proofs/" in url and job_id not in url)
+    retry_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    assert page.locator(f"a[href='/proofs/{job_id}/']").count() == 1  # "retry of …"
+    page.wait_for_function(
+        """id => {
+          const s = document.getElementById(`proof-${id}-status`);
+          return s && s.textContent.trim() === "done"
+            && [...document.querySelectorAll(`#proof-${id} .badge`)]
+                 .some(b => b.textContent.trim() === "verified");
+        }""", arg=retry_id, timeout=PROOF_TIMEOUT_MS, polling=200)
+    screenshot(page, "proof-desktop")
+
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Download all (tar.gz)").click()
+    download = download_info.value
+    assert download.suggested_filename == f"proof-{retry_id[:8]}.tar.gz"
+    archive_path = tmp_path / download.suggested_filename
+    download.save_as(archive_path)
+    with tarfile.open(archive_path) as archive:
+        archive.extractall(tmp_path / "proof", filter="data")
+    result = subprocess.run([sys.executable, "-m", "cuzk_engine", "verify", str(tmp_path / "proof")],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "OK: 16 partition proof(s) verify" in result.stdout
+
+    page.goto(f"{stack}/proofs/")
+    rows = page.locator("#proof-rows tr")
+    assert rows.count() == 2
+    assert page.locator(f"#job-{job_id} .status").text_content() == "cancelled"
+    assert page.locator(f"#job-{retry_id} .status").text_content() == "done"
+    screenshot(page, "proofs-desktop")
+
+    page.goto(f"{stack}/events/?level=info&q=cancel")
+    assert page.locator("tbody tr", has_text=f"proof {job_id}: cancel requested").count() == 1
+
+
+def no_sideways_scroll(page) -> dict:
+    return page.evaluate("""() => ({scroll: document.documentElement.scrollWidth,
+                                    inner: window.innerWidth})""")
+
+
+def test_at_390_px_no_page_scrolls_sideways(stack, browser, clean_env):
+    page = logged_in(browser, stack, PHONE)
+    job_id = start_proof(page, stack, "winning-post", 3)
+    # The list refreshes its rows in place (every 5 s) until the proof is done.
+    page.goto(f"{stack}/proofs/")
+    page.evaluate("window.__listToken = 1")
+    page.wait_for_function(
+        "id => document.querySelector(`#job-${id} .status`).textContent === 'done'",
+        arg=job_id, timeout=PROOF_TIMEOUT_MS, polling=200)
+    assert page.evaluate("window.__listToken") == 1, "the list was reloaded instead of refreshed"
+    # A machine with a 100-character name (the case that stretched tables in the issue) and an
+    # error event with a long message, written into the stack's own database.
+    script = ("from vastmgr.fleet.models import Machine, Event; "
+              f"m = Machine.objects.create(name='{LONG_NAME}', provider='ssh', "
+              "host='10.255.0.1', enabled=False); "
+              "Event.record('proof', 'proof failed: ' + 'a very long reason ' * 20, machine=m, "
+              "level=Event.Level.ERROR); "
+              "print(Machine.objects.get(name='local').pk)")
+    local_pk = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=REPO,
+                              env=clean_env, check=True, capture_output=True,
+                              text=True).stdout.strip().splitlines()[-1]
+    pages = {"fleet": "/", "proofs": "/proofs/", "proof": f"/proofs/{job_id}/",
+             "events": "/events/", "machine": f"/remote/machines/{local_pk}/"}
+    for name, path in pages.items():
+        page.goto(stack + path)
+        page.wait_for_load_state("load")
+        widths = no_sideways_scroll(page)
+        screenshot(page, f"{name}-390")
+        assert widths["scroll"] <= widths["inner"], (name, widths)
+    page.goto(f"{stack}/events/")
+    name_cell = page.locator(".truncate", has_text=LONG_NAME).first
+    assert name_cell.get_attribute("title") == LONG_NAME
+    assert name_cell.evaluate("el => el.scrollWidth > el.clientWidth")  # cut with an ellipsis
+    assert page.locator("tr.level-error").count() >= 1
+
+
+def test_dark_mode_follows_the_system_setting(stack, browser):
+    page = logged_in(browser, stack, DESKTOP)
+    colours = "() => [getComputedStyle(document.body).backgroundColor, " \
+              "getComputedStyle(document.body).color]"
+    page.goto(f"{stack}/proofs/")
+    light = page.evaluate(colours)
+    page.emulate_media(color_scheme="dark")
+    dark = page.evaluate(colours)
+    assert light == ["rgb(246, 247, 249)", "rgb(29, 35, 48)"]
+    assert dark == ["rgb(17, 21, 28)", "rgb(227, 232, 239)"]
+    table = page.locator("table.grid").first.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert table == "rgb(26, 32, 43)"  # surfaces follow too, not only the page
+    screenshot(page, "proofs-dark")
