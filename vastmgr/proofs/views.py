@@ -11,6 +11,7 @@ from cuzk_engine.config import DEFAULT_PRIORITIES
 from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
+from vastmgr.params import choice, object_id, valid_params
 
 from .forms import TestProofForm
 from .models import ProofJob
@@ -20,12 +21,13 @@ LIST_LIMIT = 200
 
 def proof_list(request):
     jobs = ProofJob.objects.select_related("machine")
-    filters = {key: request.GET.get(key, "") for key in ("status", "kind", "machine")}
+    filters = valid_params(request, status=choice(ProofJob.Status.choices),
+                           kind=choice(ProofJob.Kind.choices), machine=object_id)
     if filters["status"]:
         jobs = jobs.filter(status=filters["status"])
     if filters["kind"]:
         jobs = jobs.filter(kind=filters["kind"])
-    if filters["machine"].isdigit():
+    if filters["machine"]:
         jobs = jobs.filter(machine_id=int(filters["machine"]))
     return render(request, "proofs/list.html", {
         "jobs": jobs[:LIST_LIMIT], "filters": filters,
