@@ -20,6 +20,7 @@ from vastmgr.fleet.models import HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import views as remote_views
 from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.models import Secret
 
 pytestmark = pytest.mark.django_db
 
@@ -180,3 +181,25 @@ def test_no_request_to_any_view_gets_a_5xx(world, monkeypatch, route, name, patt
               query)
 
     mixtures()
+
+
+@pytest.mark.parametrize("key,message", [
+    ("", "the API key is empty"),
+    ("abc\r\nX-Injected: 1", "no spaces or line breaks; found U+000A, U+000D, ' '"),
+    ("ab cd", "found ' '"),
+    ("clé", "found 'é'"),
+    ("k" * 201, "longer than 200 characters"),
+])
+def test_an_invalid_api_key_is_refused_with_what_is_wrong_and_never_stored(world, key, message):
+    response = world["clients"]["staff"].post("/remote/offers/api-key/", {"api_key": key},
+                                              follow=True)
+    html = response.content.decode().replace("&#x27;", "'")
+    assert "API key not stored: " in html and message in html
+    assert not Secret.is_set(Secret.VAST_API_KEY)
+    if len(key) > 3:
+        assert key not in html
+
+
+def test_a_valid_api_key_is_stored(world):
+    world["clients"]["staff"].post("/remote/offers/api-key/", {"api_key": "0123abcdef" * 6})
+    assert Secret.reveal(Secret.VAST_API_KEY) == "0123abcdef" * 6
