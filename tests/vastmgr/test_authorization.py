@@ -100,3 +100,15 @@ async def test_a_socket_from_another_port_of_our_host_is_refused():
         connected, _ = await ws.connect()
         assert connected is expected, origin
         await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/hosts/99999999999999999999999/", "/ws/hosts/0/",
+                                  "/ws/proofs/00000000-0000-0000-0000-000000000000/"])
+async def test_a_socket_for_no_such_object_closes_with_4404(path):
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, path, headers=[
+        (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)])
+    connected, _ = await ws.connect()
+    assert connected
+    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
