@@ -2,6 +2,8 @@
 others, none inside the panel pushed to every viewer); websockets only from our own origin
 (scheme, host and port)."""
 
+import re
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -112,3 +114,18 @@ async def test_a_socket_for_no_such_object_closes_with_4404(path):
     connected, _ = await ws.connect()
     assert connected
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+
+
+def test_htmx_posts_carry_the_csrf_token_from_the_body_header(machine, django_user_model):
+    """A control in a pushed fragment has no form token; htmx sends the page's token in the
+    X-CSRFToken header that base.html sets once on <body>. Without it a post is refused."""
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(django_user_model.objects.create_user("boss", is_staff=True))
+    page = staff.get(f"/hosts/{machine.pk}/").content.decode()
+    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'>""", page).group(1)
+    data = {"action": "preload", "circuit_id": "winning-post.tiny"}
+    assert staff.post(f"/hosts/{machine.pk}/srs/", data).status_code == 403
+    assert staff.post(f"/hosts/{machine.pk}/srs/", data, headers={"X-CSRFToken": token,
+                                                                  "HX-Request": "true"}
+                      ).status_code == 302
+    assert HostAction.objects.count() == 1
