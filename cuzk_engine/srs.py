@@ -55,7 +55,7 @@ class SrsManager:
     def resolve(self, circuit_id: str) -> tuple[str, str]:
         found = self._stages.circuit_lookup(circuit_id)
         if found is None:
-            raise InvalidRequest(f"unknown circuit id {circuit_id!r}")
+            raise InvalidRequest(f"unknown circuit id {circuit_id[:140]!r}")
         return found
 
     def _publish(self, e: _Entry) -> None:

@@ -1,4 +1,4 @@
-"""ASGI entry point: Django for http, Channels consumers for websockets (login and origin checked)."""
+"""ASGI entry point: Django for http, Channels consumers for websockets (login and origin checked: same scheme, host and port)."""
 
 import os
 
@@ -11,14 +11,14 @@ django_http = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 
+from vastmgr.fleet.consumers import SameOriginValidator
 from vastmgr.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter(
     {
         "http": django_http,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }

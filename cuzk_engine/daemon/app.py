@@ -7,10 +7,12 @@ a bearer token, when configured, guards every route.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import hmac
 import json
 import logging
 import math
+import re
 import time
 
 from aiohttp import WSMsgType, web
@@ -32,6 +34,7 @@ log = logging.getLogger("cuzk_engine.daemon")
 ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
 MAX_WAIT_SECONDS = 300.0
+MAX_JSON_DEPTH = 8
 _SUBMIT_FIELDS = {"request_id", "kind", "profile", "seed", "priority"}
 _STATUS_FOR = (
     (InvalidRequest, 400),
@@ -56,11 +59,17 @@ async def errors_middleware(request: web.Request, handler):
             raise
         return error(e.status, e.reason if not e.text or e.text.startswith(str(e.status))
                      else e.text)
+    except BodyError as e:
+        return error(e.status, str(e))
     except CuzkError as e:
         for cls, status in _STATUS_FOR:
             if isinstance(e, cls):
                 return error(status, str(e))
         return error(400, str(e))
+    except Exception:
+        # A bug, not the client's fault; still a JSON body, and the traceback stays in the log.
+        log.exception("%s %s failed", request.method, request.path)
+        return error(500, "internal error (logged by the engine)")
 
 
 def auth_middleware(token: str | None):
@@ -69,7 +78,8 @@ def auth_middleware(token: str | None):
         if token is not None:
             header = request.headers.get("Authorization", "")
             given = header[7:] if header.startswith("Bearer ") else ""
-            if not hmac.compare_digest(given.encode(), token.encode()):
+            # surrogatepass: a header of undecodable bytes arrives as lone surrogates.
+            if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode()):
                 return error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
         return await handler(request)
 
@@ -86,10 +96,7 @@ async def get_info(request: web.Request) -> web.Response:
 
 async def post_proof(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    try:
-        body = await request.json(loads=lambda s: json.loads(s, parse_float=_no_float))
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
-        return error(400, f"request body is not valid JSON: {e}")
+    body = await read_json(request)
     if not isinstance(body, dict):
         return error(400, "request body must be a JSON object")
     unknown = set(body) - _SUBMIT_FIELDS
@@ -108,8 +115,61 @@ async def post_proof(request: web.Request) -> web.Response:
         status=202 if created else 200)
 
 
+async def read_json(request: web.Request):
+    """The request body as JSON, or a 4xx saying what is wrong with it. The body size is
+    bounded by the app's client_max_size (413); here: charset, nesting depth, syntax."""
+    charset = request.charset or "utf-8"
+    try:
+        utf8 = codecs.lookup(charset).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    if not utf8:
+        raise BodyError(415, f"unsupported charset {charset[:40]!r}: send UTF-8 JSON")
+    try:
+        text = (await request.read()).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BodyError(400, f"request body is not valid UTF-8: {e}") from None
+    depth = _nesting_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise BodyError(400, f"request body is nested {depth} deep; at most {MAX_JSON_DEPTH}")
+    try:
+        return json.loads(text, parse_float=_no_float, parse_constant=_no_constant)
+    except ValueError as e:  # JSONDecodeError, a float, NaN/Infinity, an int of > 4300 digits
+        raise BodyError(400, f"request body is not valid JSON: {e}") from None
+
+
+class BodyError(Exception):
+    """A request body the API cannot read; ``status`` is the 4xx it answers."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+# Brackets outside strings; a string's escapes are skipped whole, so "\"" does not end it.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[{]|[\]}]', re.DOTALL)
+
+
+def _nesting_depth(text: str) -> int:
+    """Deepest bracket nesting, counted before parsing: json.loads recurses and would raise
+    RecursionError on thousands of levels."""
+    depth = deepest = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = m.group()[0]
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _no_float(s: str):
-    raise ValueError(f"numbers must be integers, got {s}")
+    raise ValueError(f"numbers must be integers, got {s[:40]}")
+
+
+def _no_constant(s: str):
+    raise ValueError(f"{s} is not a number JSON allows")
 
 
 async def get_proof(request: web.Request) -> web.Response:

@@ -38,6 +38,15 @@ log = logging.getLogger("cuzk_engine.engine")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """A client's value quoted in an error message, cut short: a 60 kB string is not echoed."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "a number too large to show"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class EngineNotAccepting(CuzkError):
     """The engine is draining or stopped and takes no new jobs."""
 
@@ -246,17 +255,20 @@ class Engine:
 
     def validate(self, kind: Any, profile: Any, seed: Any, priority: Any,
                  request_id: Any) -> None:
+        # Types first: a list or dict from JSON must never reach a dict lookup (unhashable).
         st = self.stages
-        if kind not in st.kinds:
-            raise InvalidRequest(f"unknown kind {kind!r} (kinds: {', '.join(st.kinds)})")
-        if profile not in st.profiles:
+        if not isinstance(kind, str) or kind not in st.kinds:
+            raise InvalidRequest(f"unknown kind {_shown(kind)} (kinds: {', '.join(st.kinds)})")
+        if not isinstance(profile, str) or profile not in st.profiles:
             raise InvalidRequest(
-                f"unknown profile {profile!r} (profiles: {', '.join(st.profiles)})")
+                f"unknown profile {_shown(profile)} (profiles: {', '.join(st.profiles)})")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= st.max_seed:
-            raise InvalidRequest(f"seed must be an integer in [0, {st.max_seed}], got {seed!r}")
-        if priority is not None and priority not in PRIORITY_RANK:
             raise InvalidRequest(
-                f"unknown priority {priority!r} (use one of {', '.join(PRIORITY_RANK)})")
+                f"seed must be an integer in [0, {st.max_seed}], got {_shown(seed)}")
+        if priority is not None and (not isinstance(priority, str)
+                                     or priority not in PRIORITY_RANK):
+            raise InvalidRequest(
+                f"unknown priority {_shown(priority)} (use one of {', '.join(PRIORITY_RANK)})")
         if request_id is not None and (not isinstance(request_id, str)
                                        or not _REQUEST_ID.fullmatch(request_id)):
             raise InvalidRequest("request_id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -")
@@ -298,7 +310,7 @@ class Engine:
         try:
             return self._jobs[job_id]
         except KeyError:
-            raise JobNotFound(f"no job {job_id!r}") from None
+            raise JobNotFound(f"no job {_shown(job_id, 140)}") from None
 
     async def wait(self, job_id: str, timeout: float | None) -> Job:
         job = self.get(job_id)

@@ -49,6 +49,12 @@ async def raw(d, method, path, **kw):
     ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "priority": "asap"}, "unknown priority"),
     ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "request_id": "a b"}, "request_id"),
     ([1, 2], "JSON object"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "priority": []}, "unknown priority"),
+    ({"kind": ["porep-c2"], "profile": "tiny", "seed": 1}, "unknown kind"),
+    ({"kind": "porep-c2", "profile": {"a": 1}, "seed": 1}, "unknown profile"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": True}, "seed must be"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 10**4000}, "seed must be"),
+    ({"kind": "porep-c2", "profile": "tiny", "seed": 1, "request_id": 7}, "request_id"),
 ])
 async def test_bad_submissions_get_400_with_a_message(daemon, body, needle):
     status, data = await raw(daemon, "POST", "/v1/proofs", json=body)
@@ -73,6 +79,37 @@ async def test_malformed_json_and_unknown_routes_and_ids(daemon):
     assert status == 400 and "unknown circuit" in data["error"]
     status, data = await raw(daemon, "POST", "/v1/proofs", data=b"x" * 100_000)
     assert status == 413
+
+
+@pytest.mark.parametrize("body,headers,status,needle", [
+    (b"[" * 5000 + b"]" * 5000, {}, 400, "nested 5000 deep"),
+    (b'{"kind": ' + b"[" * 100_000, {}, 413, "size"),
+    (b'{"kind": "a\\"[[[[[[[[[[[[[["}', {}, 400, "missing field"),  # brackets in a string
+    (b'{"kind": 1, "seed": 1e400}', {}, 400, "integers"),
+    (b'{"kind": "porep-c2", "profile": "tiny", "seed": NaN}', {}, 400, "NaN"),
+    (b'{"seed": ' + b"9" * 5000 + b"}", {}, 400, "not valid JSON"),
+    (b'{"kind": "\xff"}', {}, 400, "UTF-8"),
+    (b"{}", {"Content-Type": "application/json; charset=no-such-charset"}, 415, "charset"),
+    (b"{}", {"Content-Type": "application/json; charset=latin-1"}, 415, "UTF-8"),
+])
+async def test_hostile_bodies_get_a_json_4xx(daemon, body, headers, status, needle):
+    got, data = await raw(daemon, "POST", "/v1/proofs", data=body,
+                          headers={"Content-Type": "application/json", **headers})
+    assert (got, needle in data["error"]) == (status, True), data
+
+
+async def test_undecodable_bearer_token_is_refused_not_a_crash(tmp_path):
+    d = EngineDaemon(config(tmp_path, token="s3cret"))
+    await d.start()
+    try:
+        reader, writer = await asyncio.open_connection(*d.url[7:].rsplit(":", 1))
+        writer.write(b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+                     b"Connection: close\r\n\r\n")
+        reply = await reader.read()
+        writer.close()
+        assert reply.startswith(b"HTTP/1.1 401") and b"bearer" in reply
+    finally:
+        await d.stop(fast=True)
 
 
 async def test_srs_preload_and_evict(daemon):

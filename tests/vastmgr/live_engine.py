@@ -109,7 +109,7 @@ def session_cookie(username: str = "op") -> bytes:
 
 
 def ws_headers(cookie: bytes | None) -> list[tuple[bytes, bytes]]:
-    headers = [(b"origin", b"http://127.0.0.1")]
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     if cookie:
         headers.append((b"cookie", cookie))
     return headers

@@ -29,7 +29,7 @@ def session_cookie_for(username: str) -> bytes:
 
 
 async def test_anonymous_websocket_is_closed_with_4403():
-    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=[(b"origin", b"http://127.0.0.1")])
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")])
     connected, _ = await ws.connect()
     assert connected  # the handshake completes so that the browser can read the close code
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
@@ -38,7 +38,8 @@ async def test_anonymous_websocket_is_closed_with_4403():
 async def test_foreign_origin_websocket_is_refused():
     cookie = await database_sync_to_async(session_cookie_for)("op")
     ws = WebsocketCommunicator(application, "/ws/fleet/",
-                               headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie)])
+                               headers=[(b"origin", b"http://evil.example"), (b"host", b"127.0.0.1"),
+                                        (b"cookie", cookie)])
     connected, _ = await ws.connect()
     assert not connected
 
@@ -46,7 +47,7 @@ async def test_foreign_origin_websocket_is_refused():
 async def test_logged_in_websocket_receives_fleet_fragments():
     cookie = await database_sync_to_async(session_cookie_for)("op")
     ws = WebsocketCommunicator(application, "/ws/fleet/",
-                               headers=[(b"origin", b"http://127.0.0.1"), (b"cookie", cookie)])
+                               headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)])
     connected, _ = await ws.connect()
     assert connected
     assert 'id="fleet-rows"' in await ws.receive_from(timeout=5)  # the full state comes first

@@ -118,7 +118,7 @@ async def test_relay_needs_the_token_and_forwards_batches_to_groups():
     viewer, connected, _ = await connect("/ws/fleet/", cookie)
     await viewer.receive_from(timeout=5)
     relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
-        (b"origin", b"http://127.0.0.1"),
+        (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
         (b"authorization", f"Bearer {relay_token()}".encode())])
     connected, _ = await relay.connect()
     assert connected
@@ -133,7 +133,7 @@ async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
     who does from the announcements daphne forwards on the relay socket."""
     machine = await make_machine()
     relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
-        (b"origin", b"http://127.0.0.1"),
+        (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
         (b"authorization", f"Bearer {relay_token()}".encode())])
     assert (await relay.connect())[0]
     cookie = await database_sync_to_async(session_cookie)()

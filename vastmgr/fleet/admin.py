@@ -1,5 +1,9 @@
 from django import forms
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+
+from vastmgr.params import FilterLookupsOnly
 
 from .models import Event, Machine
 
@@ -22,7 +26,7 @@ class MachineAdminForm(forms.ModelForm):
 
 
 @admin.register(Machine)
-class MachineAdmin(admin.ModelAdmin):
+class MachineAdmin(FilterLookupsOnly, admin.ModelAdmin):
     form = MachineAdminForm
     list_display = ["name", "provider", "engine_flavour", "host", "state", "gpu_name", "gpu_count",
                     "last_seen"]
@@ -32,7 +36,7 @@ class MachineAdmin(admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(FilterLookupsOnly, admin.ModelAdmin):
     list_display = ["time", "level", "kind", "machine", "message"]
     list_filter = ["level", "kind"]
     search_fields = ["message"]
@@ -42,3 +46,9 @@ class EventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# Django's own user and group admins, with the same strict changelist lookups as ours.
+for _model, _admin in ((User, UserAdmin), (Group, GroupAdmin)):
+    admin.site.unregister(_model)
+    admin.site.register(_model, type(_admin.__name__, (FilterLookupsOnly, _admin), {}))

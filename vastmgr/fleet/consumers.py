@@ -8,9 +8,13 @@ import hmac
 import json
 import logging
 import time
+from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 
 from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token
@@ -24,6 +28,49 @@ log = logging.getLogger(__name__)
 # whose object does not exist. Neither is retried by the browser.
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+
+
+class SameOriginValidator:
+    """Lets a websocket through only from a page of this very site: its Origin must equal the
+    request's own scheme, host and port (or be listed in CSRF_TRUSTED_ORIGINS), and its Host
+    must be allowed. channels' AllowedHostsOriginValidator compares the host alone, so a page
+    served by another port of the same host (another app, another user's server) passed."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not same_origin(scope):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)
+
+
+def same_origin(scope) -> bool:
+    headers = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    host = headers.get(b"host", b"").decode("latin-1")
+    domain, _ = split_domain_port(host)
+    if not origin or not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    forwarded = headers.get(b"x-forwarded-proto", b"").decode("latin-1").split(",")[0].strip()
+    secure = scope.get("scheme") == "wss" or (
+        settings.SECURE_PROXY_SSL_HEADER is not None and forwarded == "https")
+    expected = _scheme_host_port(f"{'https' if secure else 'http'}://{host}")
+    return expected is not None and _scheme_host_port(origin) == expected
+
+
+def _scheme_host_port(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) with the scheme's default port filled in; None if malformed."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return parts.scheme, parts.hostname, port
 
 
 async def refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:

@@ -1,13 +1,19 @@
 import time
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+
+from cuzk_engine.circuits import KINDS, PROFILES
 
 from .controller import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
+
+# Suggestions for the SRS form (staff only, outside the pushed panel, so a pushed panel never
+# carries a control a non-staff viewer could use).
+CIRCUIT_IDS = [f"{kind}.{profile}" for kind in KINDS for profile in PROFILES]
 
 
 def fleet(request):
@@ -27,6 +33,7 @@ def host(request, machine_id):
     machine = get_object_or_404(Machine, pk=machine_id)
     return render(request, "fleet/host.html", {
         "machine": machine, "state_html": _host_state(machine), "srs_form": SrsActionForm(),
+        "circuit_ids": CIRCUIT_IDS,
     })
 
 
@@ -41,6 +48,9 @@ def _host_state(machine: Machine) -> str:
 
 @require_POST
 def host_srs(request, machine_id):
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
+                                     content_type="text/plain; charset=utf-8")
     machine = get_object_or_404(Machine, pk=machine_id)
     form = SrsActionForm(request.POST)
     if not machine.can_prove:
@@ -53,6 +63,7 @@ def host_srs(request, machine_id):
         return redirect("host", machine_id=machine.pk)
     return render(request, "fleet/host.html", {
         "machine": machine, "state_html": _host_state(machine), "srs_form": form,
+        "circuit_ids": CIRCUIT_IDS,
     }, status=400)
 
 

@@ -1,10 +1,12 @@
 from django.contrib import admin
 
+from vastmgr.params import FilterLookupsOnly
+
 from .models import ProofJob
 
 
 @admin.register(ProofJob)
-class ProofJobAdmin(admin.ModelAdmin):
+class ProofJobAdmin(FilterLookupsOnly, admin.ModelAdmin):
     list_display = ["id", "kind", "profile", "seed", "status", "machine", "verified", "submitted_at"]
     list_filter = ["status", "kind", "profile"]
     readonly_fields = ["status", "started_at", "finished_at", "timings", "verified", "error"]

@@ -62,7 +62,26 @@ class AddHostForm(forms.Form):
 
 
 class ApiKeyForm(forms.Form):
-    api_key = forms.CharField(widget=forms.PasswordInput, max_length=200)
+    # Vast keys are 64 hex digits; allow any visible ASCII, but never a space, CR or LF: the key
+    # goes into an HTTP header, where a newline would break (or forge) the request.
+    api_key = forms.CharField(widget=forms.PasswordInput, max_length=200, error_messages={
+        "required": "the API key is empty",
+        "max_length": "the API key is longer than %(limit_value)d characters: is it a key?",
+    })
+
+    def clean_api_key(self):
+        key = self.cleaned_data["api_key"]
+        bad = sorted({c for c in key if not "!" <= c <= "~"})
+        if bad:
+            # Name the offending characters, never the key itself.
+            shown = ", ".join(repr(c) if c.isprintable() else f"U+{ord(c):04X}" for c in bad)
+            raise forms.ValidationError(
+                f"the API key may hold only visible ASCII characters, no spaces or line "
+                f"breaks; found {shown}")
+        return key
+
+    def error_message(self) -> str:
+        return "; ".join(e for errors in self.errors.values() for e in errors)
 
 
 class OfferSearchForm(forms.Form):

@@ -176,7 +176,7 @@ def set_api_key(request):
         Event.record("vast", f"Vast API key replaced by {request.user.get_username()}")
         messages.info(request, "API key stored (encrypted); it will not be shown again")
     else:
-        messages.error(request, "the API key is empty")
+        messages.error(request, f"API key not stored: {form.error_message()}")
     return redirect("remote:offers")
 
 
