@@ -46,22 +46,22 @@
   }
 
   var SERIES = {
-    rate: { label: "proofs/min", unit: " /min", digits: 2, colour: ["--chart-rate", "#2b6cb0"] },
-    busy: { label: "GPU busy", unit: " %", digits: 1, colour: ["--chart-busy", "#dd6b20"] }
+    rate: { label: "proofs/min", axis: "proofs/min", unit: " /min", digits: 2, colour: ["--chart-rate", "#2b6cb0"] },
+    busy: { label: "GPU busy", axis: "GPU busy %", unit: " %", digits: 1, colour: ["--chart-busy", "#dd6b20"] }
   };
 
   function drawCharts() {
     charts = charts.filter(function (c) {
       if (c.el.isConnected) return true;
+      resizer.unobserve(c.plot.root.parentNode);
       c.plot.destroy();
       return false;
     });
     document.querySelectorAll(".charts[data-window]:not([data-drawn])").forEach(function (el) {
       el.setAttribute("data-drawn", "1");
-      var chosen = sessionStorage.getItem(WINDOW_KEY);
+      var chosen = chosenWindow();
       if (chosen && chosen !== el.getAttribute("data-window") && window.htmx) {
-        window.htmx.ajax("GET", el.getAttribute("data-url") + "?window=" + encodeURIComponent(chosen),
-                         { target: el, swap: "outerHTML" });
+        loadWindow(el, chosen);  // rendered or polled with the default window
         return;
       }
       var script = el.querySelector("script[type='application/json']");
@@ -83,7 +83,7 @@
           },
           axes: [
             Object.assign({ label: "time (local)", labelSize: 16 }, axis),
-            Object.assign({ label: spec.label, labelSize: 16, size: 48 }, axis)
+            Object.assign({ label: spec.axis, labelSize: 16, size: 48 }, axis)
           ],
           series: [
             { label: "time" },
@@ -92,10 +92,21 @@
               value: function (u, v) { return v == null ? "—" : v.toFixed(spec.digits) + spec.unit; } }
           ]
         }, [data.t, data[key]], target);
+        target._uplot = plot;  // lets tests and the console read what was drawn
         charts.push({ el: el, plot: plot });
+        resizer.observe(target);
       });
     });
   }
+
+  // Follow the layout (a narrow screen stacks the charts): keep each plot as wide as its box.
+  var resizer = new ResizeObserver(function (entries) {
+    entries.forEach(function (entry) {
+      var plot = entry.target._uplot;
+      var width = Math.max(Math.floor(entry.contentRect.width), 240);
+      if (plot && Math.abs(plot.width - width) > 1) plot.setSize({ width: width, height: plot.height });
+    });
+  });
 
   var pending = false;
   function refresh() {
@@ -108,7 +119,30 @@
     });
   }
 
+  function chosenWindow() {
+    return sessionStorage.getItem(WINDOW_KEY);
+  }
+
+  function loadWindow(el, key) {
+    window.htmx.ajax("GET", el.getAttribute("data-url") + "?window=" + encodeURIComponent(key),
+                     { target: el, swap: "outerHTML" });
+  }
+
+  // A pushed chart carries the default window: when another one is chosen, keep the drawn chart
+  // until that window's fresh data has arrived, instead of flashing the default in between.
+  function keepChosenWindow(event) {
+    var target = event.detail.target;
+    if (!target.matches || !target.matches(".charts[data-window]")) return;
+    var fresh = event.detail.fragment.firstElementChild;
+    var chosen = chosenWindow();
+    if (fresh && chosen && fresh.getAttribute("data-window") !== chosen) {
+      event.detail.shouldSwap = false;
+      loadWindow(target, chosen);
+    }
+  }
+
   function setup() {
+    document.addEventListener("htmx:oobBeforeSwap", keepChosenWindow);
     var param = new URLSearchParams(location.search).get("window");
     if (param) sessionStorage.setItem(WINDOW_KEY, param);
     document.addEventListener("click", function (event) {
