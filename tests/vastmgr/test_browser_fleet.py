@@ -160,6 +160,7 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
     # The host page: charts drawn by uPlot with labelled axes, time ticks and hover values.
     row.get_by_role("link", name="local").click()
     fleet.wait_for_url(re.compile(r".*/hosts/\d+/$"))
+    token = fleet.evaluate("window.__pageToken")
     charts = fleet.locator(".charts")
     charts.locator(".window-picker a", has_text="15 min").click()
     fleet.wait_for_function(
@@ -185,14 +186,26 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
         " && document.querySelector('.charts').dataset.drawn && "
         "document.querySelectorAll('.charts .plot canvas').length === 2", timeout=30_000)
 
-    # Ages keep counting between pushes (nothing on the engine changes while it is idle).
-    srs_age = fleet.locator(".panel table.grid .ago").first
-    before = srs_age.text_content()
-    fleet.wait_for_function("([el, t]) => el.textContent !== t",
-                            arg=[srs_age.element_handle(), before], timeout=5_000)
+    # The SRS entry's "last used" age keeps up with the clock while the idle engine sends
+    # nothing new (counted on in the browser, re-rendered with each heartbeat push).
+    age = """() => {
+      const el = document.querySelector('.panel table.grid .ago');
+      return el ? parseInt(el.textContent) : NaN;
+    }"""
+    first = fleet.evaluate(age)
+    fleet.wait_for_function(f"() => ({age})() >= {first + 3}", timeout=10_000)
+    assert fleet.evaluate("window.__pageToken") == token, "the host page was reloaded"
     screenshot(fleet, "host-desktop")
     fleet.set_viewport_size({"width": 390, "height": 844})
     fleet.wait_for_function(  # the charts follow the narrow layout
         "() => [...document.querySelectorAll('.charts .plot')].every("
         "p => p._uplot.width <= document.documentElement.clientWidth)")
     screenshot(fleet, "host-390")
+
+    # An SRS id in the wrong shape is caught by the form before anything is sent.
+    fleet.set_viewport_size({"width": 1400, "height": 900})
+    circuit = fleet.locator(".srs-form input[name=circuit_id]")
+    circuit.fill("winning-post:tiny")
+    assert circuit.evaluate("el => el.validity.patternMismatch")
+    circuit.fill("winning-post.tiny")
+    assert circuit.evaluate("el => el.checkValidity()")

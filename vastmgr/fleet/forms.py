@@ -14,6 +14,14 @@ class SrsActionForm(forms.Form):
         """Every parameter set an engine knows: `<kind>.<profile>`."""
         return [f"{kind}.{profile}" for kind in KINDS for profile in PROFILES]
 
+    @classmethod
+    def circuit_pattern(cls) -> str:
+        """The same rule for the browser's own check (HTML `pattern`), so a typo is caught
+        before the form is even sent."""
+        # Only the dot needs escaping; `re.escape` would also escape "-", which the browser's
+        # unicode-mode pattern rejects (the whole check would then be silently skipped).
+        return "|".join(cid.replace(".", "\\.") for cid in cls.circuit_ids())
+
     def clean_circuit_id(self) -> str:
         circuit_id = self.cleaned_data["circuit_id"]
         if circuit_id not in self.circuit_ids():

@@ -31,6 +31,7 @@ def host(request, machine_id):
 def _host_page(request, machine: Machine, srs_form: SrsActionForm, status: int = 200):
     return render(request, "fleet/host.html", {
         "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
+        "circuit_pattern": SrsActionForm.circuit_pattern(),
         "state_html": _host_state(machine, request.GET.get("window")),
     }, status=status)
 
