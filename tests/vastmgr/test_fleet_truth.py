@@ -271,3 +271,17 @@ def test_the_machine_page_heading_rereads_the_lifecycle_state(admin_client, mach
     machine.transition(Machine.State.REGISTERED, reason="ssh failed")
     state = admin_client.get(f"/fragments/hosts/{machine.pk}/state/").content.decode()
     assert ">registered</span>" in state and f'id="machine-{machine.pk}-state"' in state
+
+
+def test_jobs_left_undispatched_beside_an_idle_engine_are_flagged_only_after_the_hold():
+    idle = Machine.objects.create(name="idle", provider="local", last_seen=timezone.now())
+    HostStatus.objects.create(machine=idle, connected=True, interval=1, snapshot={
+        "seq": 1, "gpu_workers": [{"worker_id": 0, "state": "idle"}], "pipelines": []})
+    job = ProofJob.objects.create(kind="porep-c2", seed=1)  # just submitted: dispatch is next
+
+    def flagged() -> bool:
+        return fragments.fleet_totals(fragments.load_hosts(time.time()))["idle_while_waiting"]
+
+    assert not flagged()
+    ProofJob.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(seconds=6))
+    assert flagged()

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -242,8 +242,9 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         failed_unassigned=Count("id", filter=Q(status=ProofJob.Status.FAILED,
                                                machine__isnull=True)),
         cancelled=Count("id", filter=Q(status=ProofJob.Status.CANCELLED)))
-    queued = ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
-    oldest = queued.order_by("submitted_at").values_list("submitted_at", flat=True).first()
+    queued = ProofJob.objects.filter(status=ProofJob.Status.QUEUED).aggregate(
+        count=Count("id"), oldest=Min("submitted_at"))
+    oldest = queued["oldest"]
     live = [h for h in hosts if h.connection == LIVE]
     priced = [h for h in hosts if h.spent is not None]
     spent_24h = sum(h.spent_24h for h in priced)
@@ -261,7 +262,7 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         "workers": sum(len(h.workers) for h in live),
         "queue_depth": sum(h.queue_depth for h in live),
         "partitions_waiting": sum(h.partitions_waiting for h in live),
-        "queued_jobs": queued.count(),
+        "queued_jobs": queued["count"],
         **{f"{key}_24h": value for key, value in finished.items()},
         "dph": sum(h.running_dph for h in hosts),
         "spent": sum(h.spent for h in priced) if priced else None,
