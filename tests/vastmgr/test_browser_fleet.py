@@ -1,7 +1,8 @@
 """The fleet and host pages in a real browser (Debian's chromium via Playwright) against the
 real stack (`manage.py up`), with one device worker so that a batch of porep-c2 jobs has to wait
 for the device: the backlog must show as waiting work, values must change by pushes (no
-reload), and the host charts must render with axes, time labels and hover values.
+reload), a pushed notice must show as a toast, and the host charts must render with axes,
+time labels and hover values.
 Screenshots of both pages at desktop width and at 390 px go to test-output/browser/."""
 
 import os
@@ -23,6 +24,7 @@ from tests.vastmgr.test_browser import (
     screenshot,
     stack_exited,
 )
+from vastmgr.fleet.controller.fragments import render_toast
 
 param_cache = live_engine.param_cache
 
@@ -110,6 +112,13 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
     fleet = context.new_page()
     log_in(fleet, stack)
     fleet.add_init_script(PAGE_TOKEN)
+    sockets = []
+
+    def keep_socket(route):
+        route.connect_to_server()  # everything still flows both ways; we may add a message
+        sockets.append(route)
+
+    fleet.route_web_socket(re.compile(r".*/ws/fleet/$"), keep_socket)
     fleet.reload()
     row = fleet.locator("#fleet-rows tr", has_text="local")
     fleet.wait_for_function(
@@ -156,6 +165,16 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
             && row.querySelector('.waiting-jobs').textContent.trim() === '0';
         }""", arg=BATCH, timeout=DONE_TIMEOUT_MS, polling=200)
     assert fleet.evaluate("window.__pageToken") == token, "the fleet page was reloaded"
+
+    # A notice as the controller pushes it (the controller side is tested in test_fleet_truth):
+    # it appears over the page and can be dismissed.
+    sockets[-1].send(render_toast("error", "Proof 1234abcd (porep-c2/tiny) failed on local: boom",
+                                  "/proofs/"))
+    toast = fleet.locator("#toasts .toast-error", has_text="failed on local: boom")
+    toast.wait_for()
+    assert toast.is_visible()
+    toast.get_by_role("button", name="Dismiss").click()
+    toast.wait_for(state="detached")
 
     # The host page: charts drawn by uPlot with labelled axes, time ticks and hover values.
     row.get_by_role("link", name="local").click()
