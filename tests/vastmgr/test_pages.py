@@ -1,12 +1,11 @@
 """Server-rendered pages share their fragments with the socket; forms report errors inline."""
 
-import re
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet.models import HostAction, HostSample, HostStatus, Machine
+from vastmgr.fleet.models import HostAction, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +15,8 @@ pytestmark = pytest.mark.django_db
 def machine():
     m = Machine.objects.create(name="gpu-1", provider="local", host="127.0.0.1",
                                price_per_hour="0.5000", bench_rate=100, last_seen=timezone.now())
-    HostStatus.objects.create(machine=m, connected=True, interval=1, snapshot={
+    HostStatus.objects.create(machine=m, connected=True, interval=1,
+                              idle_waiting_since=timezone.now() - timedelta(seconds=10), snapshot={
         "seq": 1, "memory": {"total_bytes": 100, "used_bytes": 90},
         "gpu_workers": [{"worker_id": 0, "gpu_ordinal": 0, "state": "idle"}],
         "buffers": {"pending_handles": 2},
@@ -33,7 +33,8 @@ def test_fleet_page_and_its_polling_fragment_render_the_same_row(admin_client, m
     fragment = admin_client.get("/fragments/fleet/").content.decode()
     for html in (page, fragment):
         assert f'id="host-{machine.pk}-row"' in html and 'id="fleet-totals"' in html
-        assert "badge-live" in html and "$0.0050" in html  # cost per proof = 0.5 $/h / 100/h
+        # no proof measured yet: the benchmark's 0.5 $/h / 100/h is only offered as an estimate
+        assert "badge-live" in html and "Benchmark estimate $0.0050" in html
         assert "idle GPU with work waiting" in html
     assert 'ws-connect="/ws/fleet/"' in page and 'data-poll-url="/fragments/fleet/"' in page
 
@@ -45,18 +46,6 @@ def test_host_page_shows_the_engine_panel_and_srs_evict(admin_client, machine):
     assert admin_client.get("/hosts/999/").status_code == 404
 
 
-def test_host_charts_label_the_headline_with_the_age_of_its_sample(admin_client, machine):
-    now = timezone.now()
-    for age, busy, done in [(130, 1.0, 10), (70, 1.0, 14)]:
-        HostSample.objects.create(machine=machine, time=now - timedelta(seconds=age),
-                                  busy_fraction=busy, proofs_completed=done)
-    html = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
-    charts = html.split(f'id="host-{machine.pk}-charts"')[1]
-    # 70 s old when written, a second more if the clock ticks over while the page renders
-    assert re.search(r"<b>100%</b> <small>in the sample of 7[01] s ago</small>", charts)
-    assert re.search(r"<b>4.0</b> <small>in the sample of 7[01] s ago</small>", charts)  # 4/min
-
-
 def test_srs_actions_are_queued_for_the_controller_and_bad_ids_are_refused(admin_client, machine):
     response = admin_client.post(f"/hosts/{machine.pk}/srs/",
                                  {"action": "preload", "circuit_id": "porep-c2.tiny"})
@@ -65,7 +54,7 @@ def test_srs_actions_are_queued_for_the_controller_and_bad_ids_are_refused(admin
     assert (action.action, action.circuit_id, action.done_at) == ("preload", "porep-c2.tiny", None)
     response = admin_client.post(f"/hosts/{machine.pk}/srs/",
                                  {"action": "evict", "circuit_id": "../etc"})
-    assert response.status_code == 400 and b"A circuit id is letters" in response.content
+    assert response.status_code == 400 and b"Unknown circuit id" in response.content
 
 
 def test_form_errors_render_inline_and_create_nothing(admin_client):

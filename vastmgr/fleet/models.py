@@ -171,6 +171,11 @@ class HostStatus(models.Model):
     snapshot = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     updated = models.DateTimeField(default=timezone.now)
+    # The snapshot's times ("last used N s ago", busy N s) are relative to when it was taken;
+    # an idle engine keeps its seq, so the stored snapshot can be much older than `updated`.
+    snapshot_at = models.DateTimeField(null=True, blank=True)
+    # Since when (controller clock) a worker has sat idle while synthesized work waited.
+    idle_waiting_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.machine.name}: {'connected' if self.connected else 'down'}"
@@ -186,6 +191,10 @@ class HostSample(models.Model):
     proofs_completed = models.BigIntegerField(help_text="Engine counter (cumulative)")
     proofs_failed = models.BigIntegerField(default=0)
     queue_depth = models.IntegerField(default=0)
+    busy_seconds = models.FloatField(
+        null=True, blank=True,
+        help_text="Engine counter: worker-seconds spent on a device since engine start")
+    workers = models.IntegerField(default=0)
     memory_used = models.BigIntegerField(default=0)
     memory_total = models.BigIntegerField(default=0)
 

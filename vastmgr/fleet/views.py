@@ -5,15 +5,9 @@ from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from cuzk_engine.circuits import KINDS, PROFILES
-
 from .controller import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
-
-# Suggestions for the SRS form (staff only, outside the pushed panel, so a pushed panel never
-# carries a control a non-staff viewer could use).
-CIRCUIT_IDS = [f"{kind}.{profile}" for kind in KINDS for profile in PROFILES]
 
 
 def fleet(request):
@@ -31,19 +25,39 @@ def fleet_fragment(request):
 
 def host(request, machine_id):
     machine = get_object_or_404(Machine, pk=machine_id)
+    return _host_page(request, machine, SrsActionForm())
+
+
+def _host_page(request, machine: Machine, srs_form: SrsActionForm, status: int = 200):
     return render(request, "fleet/host.html", {
-        "machine": machine, "state_html": _host_state(machine), "srs_form": SrsActionForm(),
-        "circuit_ids": CIRCUIT_IDS,
-    })
+        "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
+        "circuit_pattern": SrsActionForm.circuit_pattern(),
+        "state_html": _host_state(machine, request.GET.get("window")),
+    }, status=status)
 
 
 def host_fragment(request, machine_id):
-    return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id)))
+    return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id),
+                                    request.GET.get("window")))
 
 
-def _host_state(machine: Machine) -> str:
+def host_charts(request, machine_id):
+    """The charts alone, for the window picker (`?window=15m|1h|24h`)."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return HttpResponse(fragments.render_host_charts(
+        machine, window=fragments.chart_window(request.GET.get("window"))))
+
+
+def machine_state(request, machine_id):
+    """The lifecycle state badge, re-read by pages that show it in their heading."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return render(request, "fragments/machine_state.html", {"machine": machine})
+
+
+def _host_state(machine: Machine, window: str | None = None) -> str:
     now = time.time()
-    return fragments.render_host_panel(machine, now) + fragments.render_host_charts(machine, now)
+    return fragments.render_host_panel(machine, now) + fragments.render_host_charts(
+        machine, now, fragments.chart_window(window))
 
 
 @require_POST
@@ -61,10 +75,7 @@ def host_srs(request, machine_id):
         messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
                                f" requested; the panel updates when the engine has done it.")
         return redirect("host", machine_id=machine.pk)
-    return render(request, "fleet/host.html", {
-        "machine": machine, "state_html": _host_state(machine), "srs_form": form,
-        "circuit_ids": CIRCUIT_IDS,
-    }, status=400)
+    return _host_page(request, machine, form, status=400)
 
 
 def events(request):

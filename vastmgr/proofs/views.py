@@ -160,6 +160,10 @@ def new_proof(request):
         jobs, reason = create_jobs(form, request.user)
         if reason:
             messages.error(request, f"Not started: {reason}.")
+        else:
+            where = f"on {jobs[0].machine.name}" if jobs[0].machine else "on the least-loaded engine"
+            messages.success(request, f"Queued {len(jobs)} {jobs[0].kind}/{jobs[0].profile} "
+                                      f"proof{'s' if len(jobs) > 1 else ''} {where}.")
         if len(jobs) == 1:
             return redirect("proof", job_id=jobs[0].pk)
         return redirect(reverse("proofs") + f"?kind={jobs[0].kind}")

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
@@ -38,6 +39,32 @@ def proof_group(job_id) -> str:
     return f"proof.{job_id}"
 
 
+# The idle-GPU flag is raised only once the condition has held this long on the controller's
+# clock: between a submission and the next worker pickup it is true for a moment, and a flag
+# that flashes on every submission says nothing.
+IDLE_FLAG_HOLD = 5.0
+# A pipeline that has nothing on a device, finalizing or done is waiting for a device.
+STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
+
+
+def idle_with_work_waiting(snapshot: dict | None) -> bool:
+    """Synthesized partitions wait for a device while a GPU worker sits idle (a moment's view)."""
+    snapshot = snapshot or {}
+    waiting = (snapshot.get("buffers") or {}).get("pending_handles", 0)
+    workers = snapshot.get("gpu_workers") or []
+    return waiting > 0 and any(w.get("state") != "proving" for w in workers)
+
+
+def pipeline_phase(pipeline: dict) -> str:
+    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
+    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
+    status = pipeline.get("status")
+    if status == "running" and not any(p.get("state") in STARTED_PHASES
+                                       for p in pipeline.get("partitions") or []):
+        return "waiting"
+    return status
+
+
 @dataclass
 class HostView:
     machine: Machine
@@ -53,6 +80,20 @@ class HostView:
     @property
     def last_seen_ts(self) -> float | None:
         return self.machine.last_seen.timestamp() if self.machine.last_seen else None
+
+    @property
+    def snapshot_age(self) -> float | None:
+        """Seconds since the stored snapshot was taken: its relative times are this much older."""
+        taken = self.status.snapshot_at if self.status else None
+        if taken is None:
+            return None if self.last_seen_ts is None else max(0.0, self.now - self.last_seen_ts)
+        return max(0.0, self.now - taken.timestamp())
+
+    def aged(self, seconds_ago: float | None) -> float | None:
+        """A snapshot's "N s ago" made current: add the snapshot's own age."""
+        if seconds_ago is None:
+            return None
+        return seconds_ago + (self.snapshot_age or 0.0)
 
     @property
     def connection(self) -> str:
@@ -83,7 +124,15 @@ class HostView:
 
     @property
     def queue_depth(self) -> int:
-        return (self.snapshot.get("counters") or {}).get("queue_depth", 0)
+        """Jobs on the engine that no device has touched yet: queued for synthesis, or
+        synthesized (wholly or partly) and waiting for a device."""
+        return sum(1 for p in self.snapshot.get("pipelines") or []
+                   if pipeline_phase(p) in ("queued", "waiting"))
+
+    @property
+    def partitions_waiting(self) -> int:
+        """Synthesized partitions waiting for a device, over all jobs."""
+        return (self.snapshot.get("buffers") or {}).get("pending_handles", 0)
 
     @property
     def memory(self) -> dict:
@@ -96,12 +145,59 @@ class HostView:
 
     @property
     def gpu_idle_while_waiting(self) -> bool:
-        # Synthesized partitions waiting for a device while a worker sits idle: a real loss.
-        waiting = (self.snapshot.get("buffers") or {}).get("pending_handles", 0)
-        return self.connection == LIVE and self.idle_workers > 0 and waiting > 0
+        # Synthesized partitions waiting for a device while a worker sits idle: a real loss,
+        # once it has lasted (see IDLE_FLAG_HOLD).
+        since = self.status.idle_waiting_since if self.status else None
+        return (self.connection == LIVE and since is not None
+                and self.now - since.timestamp() >= IDLE_FLAG_HOLD
+                and idle_with_work_waiting(self.snapshot))
+
+    # ---- cost
 
     @property
-    def cost_per_proof(self):
+    def billing(self):
+        """The remote app's billing record (billing start/end), if this machine has one."""
+        return getattr(self.machine, "remote", None)
+
+    @property
+    def billing_active(self) -> bool:
+        remote = self.billing
+        return (self.machine.price_per_hour is not None and remote is not None
+                and remote.billing_started is not None and remote.billing_ended is None)
+
+    @property
+    def running_dph(self) -> float:
+        return float(self.machine.price_per_hour) if self.billing_active else 0.0
+
+    def _billed_hours(self, since: float | None = None) -> float | None:
+        remote = self.billing
+        if self.machine.price_per_hour is None or remote is None or remote.billing_started is None:
+            return None
+        start = remote.billing_started.timestamp()
+        end = remote.billing_ended.timestamp() if remote.billing_ended else self.now
+        if since is not None:
+            start = max(start, since)
+        return max(end - start, 0.0) / 3600
+
+    @property
+    def spent(self) -> float | None:
+        hours = self._billed_hours()
+        return None if hours is None else float(self.machine.price_per_hour) * hours
+
+    @property
+    def spent_24h(self) -> float | None:
+        hours = self._billed_hours(self.now - 24 * 3600)
+        return None if hours is None else float(self.machine.price_per_hour) * hours
+
+    @property
+    def cost_per_proof(self) -> float | None:
+        """Measured: what the last 24 h cost divided by the proofs it delivered."""
+        if self.spent_24h is None or not self.done_24h:
+            return None
+        return self.spent_24h / self.done_24h
+
+    @property
+    def bench_cost_per_proof(self) -> float | None:
         price, rate = self.machine.price_per_hour, self.machine.bench_rate
         if price is None or not rate:
             return None
@@ -109,7 +205,8 @@ class HostView:
 
 
 def load_hosts(now: float, machine_ids=None) -> list[HostView]:
-    machines = Machine.objects.select_related("live").exclude(state=Machine.State.KILLED)
+    machines = Machine.objects.select_related("live", "remote").exclude(
+        state=Machine.State.KILLED)
     if machine_ids is not None:
         machines = machines.filter(pk__in=machine_ids)
     machines = list(machines)
@@ -136,9 +233,27 @@ def host_views(machines: list[Machine], statuses: dict[int, HostStatus | None],
     return views
 
 
-def fleet_totals(hosts: list[HostView]) -> dict:
-    queued = ProofJob.objects.filter(status=ProofJob.Status.QUEUED).count()
+def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
+    now = now or time.time()
+    since = timezone.now() - timedelta(hours=24)
+    finished = ProofJob.objects.filter(finished_at__gte=since).aggregate(
+        done=Count("id", filter=Q(status=ProofJob.Status.DONE)),
+        failed=Count("id", filter=Q(status=ProofJob.Status.FAILED)),
+        failed_unassigned=Count("id", filter=Q(status=ProofJob.Status.FAILED,
+                                               machine__isnull=True)),
+        cancelled=Count("id", filter=Q(status=ProofJob.Status.CANCELLED)))
+    queued = ProofJob.objects.filter(status=ProofJob.Status.QUEUED).aggregate(
+        count=Count("id"), oldest=Min("submitted_at"))
+    oldest = queued["oldest"]
     live = [h for h in hosts if h.connection == LIVE]
+    priced = [h for h in hosts if h.spent is not None]
+    spent_24h = sum(h.spent_24h for h in priced)
+    done_priced = sum(h.done_24h for h in priced)
+    # Jobs the dashboard holds while a live engine has an idle worker and nothing waiting:
+    # dispatch takes a tick, so only a job queued for longer than the hold counts.
+    undispatched = (oldest is not None and now - oldest.timestamp() >= IDLE_FLAG_HOLD
+                    and any(h.idle_workers and not h.queue_depth for h in live
+                            if h.machine.can_prove))
     return {
         "hosts": len(hosts),
         "live": len(live),
@@ -147,14 +262,13 @@ def fleet_totals(hosts: list[HostView]) -> dict:
         "busy": sum(h.busy_workers for h in live),
         "workers": sum(len(h.workers) for h in live),
         "queue_depth": sum(h.queue_depth for h in live),
-        "queued_jobs": queued,
-        "done_24h": sum(h.done_24h for h in hosts),
-        "failed_24h": sum(h.failed_24h for h in hosts),
-        "dph": sum(float(h.machine.price_per_hour or 0) for h in hosts
-                   if h.machine.state == Machine.State.RUNNING),
-        "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts)
-        or (queued > 0 and any(h.idle_workers and not h.queue_depth for h in live
-                               if h.machine.can_prove)),
+        "partitions_waiting": sum(h.partitions_waiting for h in live),
+        "queued_jobs": queued["count"],
+        **{f"{key}_24h": value for key, value in finished.items()},
+        "dph": sum(h.running_dph for h in hosts),
+        "spent": sum(h.spent for h in priced) if priced else None,
+        "cost_per_proof": spent_24h / done_priced if done_priced else None,
+        "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts) or undispatched,
     }
 
 
@@ -162,15 +276,36 @@ def render_fleet_row(host: HostView) -> str:
     return render_to_string("fragments/fleet_row.html", {"h": host})
 
 
-def render_fleet_totals(hosts: list[HostView]) -> str:
-    return render_to_string("fragments/fleet_totals.html", {"t": fleet_totals(hosts)})
+def render_fleet_totals(hosts: list[HostView], now: float | None = None) -> str:
+    return render_to_string("fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
 
 
 def render_fleet(now: float | None = None) -> str:
     """The whole fleet table body and totals: first render, reconnects and polling."""
     hosts = load_hosts(now or time.time())
     return render_to_string("fragments/fleet_body.html", {"hosts": hosts}) + \
-        render_fleet_totals(hosts)
+        render_fleet_totals(hosts, now)
+
+
+def render_toast(level: str, text: str, url: str = "") -> str:
+    """A notice appended to the page's toast area (an htmx out-of-band swap)."""
+    return render_to_string("fragments/toast.html", {"level": level, "text": text, "url": url})
+
+
+def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, str]]:
+    html = render_toast("error", f"{name} went offline: {error or 'connection lost'}",
+                        reverse("host", args=[machine_id]))
+    return [(fleet_group(), html), (host_group(machine_id), html)]
+
+
+def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
+    where = f" on {job.machine.name}" if job.machine_id else ""
+    html = render_toast("error", f"Proof {str(job.pk)[:8]} ({job.kind}/{job.profile}) failed"
+                                 f"{where}: {job.error}", reverse("proof", args=[job.pk]))
+    groups = [fleet_group(), proof_group(job.pk)]
+    if job.machine_id:
+        groups.append(host_group(job.machine_id))
+    return [(group, html) for group in groups]
 
 
 def pipeline_rows(snapshot: dict) -> list[dict]:
@@ -179,6 +314,8 @@ def pipeline_rows(snapshot: dict) -> list[dict]:
         partitions = pipeline.get("partitions") or []
         rows.append({
             **pipeline,
+            "phase": pipeline_phase(pipeline),
+            "synthesized": sum(1 for p in partitions if p.get("state") == "synth_done"),
             "job_short": (pipeline.get("request_id") or pipeline.get("job_id") or "")[:16],
             "cells": [{**p, "title": _partition_title(p)} for p in partitions],
         })
@@ -202,7 +339,9 @@ def host_context(machine: Machine, now: float, host: HostView | None = None) -> 
         "h": host,
         "s": snapshot,
         "pipelines": pipeline_rows(snapshot),
-        "srs": allocations.get("srs") or [],
+        "srs": [{**a, "last_used_ago": host.aged(a.get("last_used_secs_ago"))}
+                for a in allocations.get("srs") or []],
+        "uptime": host.aged(snapshot.get("uptime_secs")),
         "counters": snapshot.get("counters") or {},
         "kinds": _counter_rows(snapshot.get("counters") or {}),
         "recent": ProofJob.objects.filter(machine=machine)[:RECENT_PROOFS],
@@ -235,41 +374,110 @@ def render_host_panel(machine: Machine, now: float | None = None,
                             host_context(machine, now or time.time(), host))
 
 
-def chart_series(machine: Machine, now: float) -> dict:
-    """Busy % and proofs/min over the last hour, as SVG polyline points (600 x 100 box)."""
-    start = now - CHART_WINDOW.total_seconds()
+CHART_WINDOWS = {"15m": ("15 min", 900), "1h": ("1 h", 3600), "24h": ("24 h", 86400)}
+DEFAULT_WINDOW = "1h"
+CHART_POINTS = 360  # at most this many points per series: longer windows are bucketed
+GAP_FACTOR = 3  # samples further apart than this many sample periods: the host was away
+
+
+def chart_window(key: str | None) -> str:
+    return key if key in CHART_WINDOWS else DEFAULT_WINDOW
+
+
+def chart_series(machine: Machine, now: float, window: str = DEFAULT_WINDOW,
+                 sample_every: float = 10.0) -> dict:
+    """Proofs/min and GPU busy % over `window`, from the stored engine counters.
+
+    Both come from counter differences between consecutive samples, never from one sample:
+    proofs/min from `proofs_completed`, busy % from the workers' cumulative device seconds
+    (samples written before that counter existed fall back to the share of workers proving at
+    the sample). A counter that went down means the engine restarted: the later value is what
+    it did since. Series are bucketed to at most CHART_POINTS points; a gap in the history
+    (host away) stays a gap.
+    """
+    label, seconds = CHART_WINDOWS[chart_window(window)]
+    start = now - seconds
     samples = list(HostSample.objects.filter(
-        machine=machine, time__gte=timezone.now() - CHART_WINDOW - timedelta(minutes=1)
-    ).values_list("time", "busy_fraction", "proofs_completed"))
-    busy, rate = [], []
+        machine=machine, time__gte=datetime.fromtimestamp(start - GAP_FACTOR * sample_every, UTC),
+    ).order_by("time").values_list("time", "busy_fraction", "busy_seconds", "workers",
+                                   "proofs_completed"))
+    bucket = max(seconds / CHART_POINTS, sample_every)
+    times, busy, rate = [], [], []
+    sums = None  # [end time, seconds, proofs, busy worker-seconds, worker-seconds]
+    total_proofs = total_seconds = total_busy = total_capacity = 0.0
     previous = None
-    for when, fraction, completed in samples:
+    for when, fraction, busy_seconds, workers, completed in samples:
         t = when.timestamp()
-        x = round(600 * (t - start) / CHART_WINDOW.total_seconds(), 1)
-        if x < 0:
-            previous = (t, completed)
-            continue
-        busy.append((x, fraction * 100))
-        if previous is not None and completed >= previous[1] and t > previous[0]:
-            rate.append((x, 60 * (completed - previous[1]) / (t - previous[0])))
-        previous = (t, completed)
-    peak = max([r for _, r in rate] + [1.0])
+        if previous is not None and t > start:
+            p_t, p_busy, p_completed = previous
+            dt = t - p_t
+            if dt > GAP_FACTOR * max(sample_every, 1.0):
+                _flush(sums, times, busy, rate)
+                sums = None
+                times.append(round(p_t + dt / 2))
+                busy.append(None)
+                rate.append(None)
+            else:
+                proofs = completed - p_completed if completed >= p_completed else completed
+                if busy_seconds is not None and p_busy is not None and workers:
+                    worked = busy_seconds - p_busy if busy_seconds >= p_busy else busy_seconds
+                    worked = min(worked, dt * workers)
+                else:
+                    worked = fraction * dt * (workers or 1)
+                capacity = dt * (workers or 1)
+                if sums is not None and t - sums[0] > bucket:
+                    _flush(sums, times, busy, rate)
+                    sums = None
+                if sums is None:
+                    sums = [t, 0.0, 0.0, 0.0, 0.0]
+                sums[0] = t
+                sums[1] += dt
+                sums[2] += proofs
+                sums[3] += worked
+                sums[4] += capacity
+                total_seconds += dt
+                total_proofs += proofs
+                total_busy += worked
+                total_capacity += capacity
+        previous = (t, busy_seconds, completed)
+    _flush(sums, times, busy, rate)
     return {
-        "busy_points": " ".join(f"{x},{100 - y:.1f}" for x, y in busy),
-        "rate_points": " ".join(f"{x},{100 - 100 * y / peak:.1f}" for x, y in rate),
-        "rate_peak": round(peak, 1),
-        # The headline numbers are the newest sample's, labelled with its age: between samples
-        # an engine can have gone idle, and an unlabelled "busy 100%" would then be a lie.
-        "sample_ago": round(now - samples[-1][0].timestamp()) if busy else None,
-        "busy_now": round(busy[-1][1]) if busy else None,
-        "rate_now": round(rate[-1][1], 1) if rate else None,
-        "samples": len(busy),
+        "window": chart_window(window),
+        "window_label": label,
+        "windows": [{"key": k, "label": v[0]} for k, v in CHART_WINDOWS.items()],
+        "covered": round(total_seconds),
+        "covered_label": duration(total_seconds),
+        "partial": total_seconds < seconds - 2 * sample_every,
+        "proofs": round(total_proofs),
+        "rate": round(60 * total_proofs / total_seconds, 2) if total_seconds else None,
+        "busy": round(100 * total_busy / total_capacity, 1) if total_capacity else None,
+        "series": {"t": times, "busy": busy, "rate": rate, "start": round(start),
+                   "end": round(now)},
+        "sample_every": sample_every,
+        "script_id": f"host-{machine.pk}-chart-data",
     }
 
 
-def render_host_charts(machine: Machine, now: float | None = None) -> str:
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _flush(sums, times, busy, rate) -> None:
+    if sums is None or sums[1] <= 0:
+        return
+    times.append(round(sums[0]))
+    rate.append(round(60 * sums[2] / sums[1], 3))
+    busy.append(round(100 * sums[3] / sums[4], 1) if sums[4] else None)
+
+
+def render_host_charts(machine: Machine, now: float | None = None,
+                       window: str = DEFAULT_WINDOW) -> str:
     return render_to_string("fragments/host_charts.html",
-                            {"m": machine, "c": chart_series(machine, now or time.time())})
+                            {"m": machine, "c": chart_series(machine, now or time.time(), window)})
 
 
 def gantt(job: ProofJob) -> dict:

@@ -18,7 +18,7 @@ from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Mach
 from vastmgr.proofs.models import ProofJob
 
 from . import fragments, jobs
-from .liveness import HEARTBEAT_INTERVALS, LIVE, connection_state
+from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
 from .transport import TransportError, transport_for
@@ -53,6 +53,8 @@ class FleetController:
         self.machine_names: dict[int, str] = {}
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
         self.statuses: dict[int, HostStatus] = {}  # what was last pushed (and written) per host
+        self.idle_since: dict[int, float] = {}  # a worker idle while synthesized work waits
+        self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
@@ -132,6 +134,9 @@ class FleetController:
             await self.publisher.send(messages)
             for machine_id, engine_job_id in cancels:
                 self._spawn(self._cancel_orphan(machine_id, engine_job_id))
+        if self.notices:
+            notices, self.notices = self.notices, []
+            await self.publisher.send(notices)
         await self.requeue_lost(now)
         await self.dispatch()
         await self.cancel_requested()
@@ -149,6 +154,10 @@ class FleetController:
                          >= HEARTBEAT_INTERVALS * self.interval)
             if live.changed or heartbeat or self.pushed.get(machine_id) != state:
                 live.changed = False
+                if state == OFFLINE and self.pushed.get(machine_id) in (LIVE, STALE):
+                    name = self.machine_names.get(machine_id, machine_id)
+                    self.notices.extend(fragments.host_offline_notices(
+                        machine_id, name, live.error))
                 self.pushed[machine_id] = state
                 if live.last_seen is not None:
                     self.pushed_seen[machine_id] = live.last_seen
@@ -162,9 +171,16 @@ class FleetController:
         machine = self.machines[machine_id]
         if live.last_seen is not None:
             machine.last_seen = jobs.seen_at(live.last_seen)
+        if live.connected and fragments.idle_with_work_waiting(live.snapshot):
+            since = self.idle_since.setdefault(machine_id, now)
+        else:
+            self.idle_since.pop(machine_id, None)
+            since = None
         return HostStatus(machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot,
-                          error=live.error, updated=jobs.seen_at(now))
+                          error=live.error, updated=jobs.seen_at(now),
+                          snapshot_at=live.snapshot_at and jobs.seen_at(live.snapshot_at),
+                          idle_waiting_since=since and jobs.seen_at(since))
 
     def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
@@ -179,7 +195,7 @@ class FleetController:
         messages = []
         if rows:
             fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
-            fleet_html.append(fragments.render_fleet_totals(hosts))
+            fleet_html.append(fragments.render_fleet_totals(hosts, now))
             messages.append((fragments.fleet_group(), "".join(fleet_html)))
         for machine_id in panels:
             if machine_id in by_id:
@@ -210,7 +226,8 @@ class FleetController:
                         proof_jobs[str(job.pk)] = job
                     cancels.extend((status.machine_id, engine_job) for engine_job in orphaned)
             update_rows(HostStatus, statuses,
-                        ["connected", "via", "interval", "seq", "snapshot", "error", "updated"])
+                        ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
+                         "snapshot_at", "idle_waiting_since"])
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
         messages = [(fragments.proof_group(job.pk), fragments.render_proof(job))
@@ -222,7 +239,15 @@ class FleetController:
     async def sync_machines(self) -> None:
         # Disabled machines are not watched, but they keep a (greyed) row in the fleet view.
         machines = await database_sync_to_async(list)(
-            Machine.objects.exclude(state=Machine.State.KILLED))
+            Machine.objects.select_related("remote").exclude(state=Machine.State.KILLED))
+        for machine in machines:
+            # A lifecycle change (made by another process) is shown at once, not with the
+            # engine's next update: that may never come for an offline host.
+            before = self.machines.get(machine.pk)
+            if (before is not None and machine.pk in self.hosts
+                    and (before.state, before.enabled, before.price_per_hour)
+                    != (machine.state, machine.enabled, machine.price_per_hour)):
+                self.hosts[machine.pk].changed = True
         self.machines = {m.pk: m for m in machines}
         wanted = {m.pk: m for m in machines if m.enabled}
         for machine_id in list(self.watchers):
@@ -421,7 +446,10 @@ class FleetController:
         if job is None:
             return
         html = await database_sync_to_async(_render_job)(job)
-        await self.publisher.send([(fragments.proof_group(job.pk), html)])
+        messages = [(fragments.proof_group(job.pk), html)]
+        if job.status == ProofJob.Status.FAILED:
+            messages += await database_sync_to_async(fragments.proof_failed_notices)(job)
+        await self.publisher.send(messages)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -476,10 +504,16 @@ def _sample(live: HostLive, now: float) -> HostSample:
     counters = snapshot.get("counters") or {}
     memory = snapshot.get("memory") or {}
     busy = sum(c[0] for c in by_device.values())
+    # Device seconds up to `now`: a worker still proving has worked on since the snapshot.
+    since_snapshot = max(now - (live.snapshot_at or now), 0.0)
+    busy_seconds = sum((w.get("busy_total_secs") or 0.0)
+                       + (since_snapshot if w.get("state") == "proving" else 0.0)
+                       for w in workers)
     return HostSample(
         machine_id=live.machine_id, time=jobs.seen_at(now),
         busy_fraction=busy / len(workers) if workers else 0.0,
         busy_by_device={k: v[0] / v[1] for k, v in by_device.items()},
+        busy_seconds=busy_seconds, workers=len(workers),
         proofs_completed=counters.get("total_completed", 0),
         proofs_failed=counters.get("total_failed", 0),
         queue_depth=counters.get("queue_depth", 0),

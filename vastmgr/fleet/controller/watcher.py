@@ -29,6 +29,7 @@ class HostLive:
     snapshot: dict | None = None
     seq: int | None = None
     last_seen: float | None = None
+    snapshot_at: float | None = None  # when the kept snapshot arrived (its times are relative)
     connected: bool = False
     down_since: float | None = None
     via: str = ""
@@ -46,6 +47,7 @@ class HostLive:
             self.changed = True
         if snapshot.get("seq") != self.seq or self.snapshot is None:
             self.snapshot = snapshot
+            self.snapshot_at = now
             self.seq = snapshot.get("seq")
             self.changed = True
 
