@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0002_live_status_history_actions'),
+        ('fleet', '0003_engine_flavour'),
     ]
 
     operations = [
