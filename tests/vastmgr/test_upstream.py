@@ -165,8 +165,8 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
     for shown in ("porep-1000-42-ta", "snap-1000-7", "porep-c2", "snap-update",
                   "started 95 s ago", "3/10", "phase-gpu", "phase-synth_done", "W0", "W1",
                   "<code>porep-1000-42-ta</code> P3", "4.2 s", "<b class=\"big\">3</b> / 27",
-                  "17 done", "0 failed", "queue 3", "aux_in_flight", "shells_in_flight",
-                  "porep-32g", "47.0\xa0GB", "26.0\xa0GB", "<td>in use</td>",
+                  "17 done", "0 failed", "3 not started", "aux_in_flight", "shells_in_flight",
+                  "porep-32g", "47.0\xa0GB", "26.0\xa0GB", "<td>no</td>",
                   "available 202.0\xa0GB", "daemon up 1000 s", "poll #3", "polled every 1.5 s",
                   "not offered for this machine"):
         assert shown in html, shown
@@ -186,10 +186,10 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
     assert "No pipelines." not in html and "No SRS loaded." not in html
 
     html = upstream_panel(machine, {})  # a daemon that sends nothing we know
-    for label in (f"Pipelines {NR}.", f"Workers {NR}.", f"{NR} done", f"queue {NR}"):
+    for label in (f"Pipelines {NR}.", f"Workers {NR}.", f"{NR} done", f"jobs waiting {NR}", f"{NR} not started"):
         assert label in html, label
     row = fragments.render_fleet_row(fragments.load_hosts(time.time(), [machine.pk])[0])
-    assert f"<td>{NR}</td>" in row  # its queue depth: not reported, not 0
+    assert f'<td class="waiting-cell">{NR}</td>' in row  # its waiting work: not reported, not 0
 
 
 @pytest.mark.django_db

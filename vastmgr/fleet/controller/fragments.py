@@ -123,11 +123,14 @@ class HostView:
         return self.snapshot.get("devices") or []
 
     @property
-    def queue_depth(self) -> int:
+    def queue_depth(self) -> int | None:
         """Jobs on the engine that no device has touched yet: queued for synthesis, or
-        synthesized (wholly or partly) and waiting for a device."""
-        return sum(1 for p in self.snapshot.get("pipelines") or []
-                   if pipeline_phase(p) in ("queued", "waiting"))
+        synthesized (wholly or partly) and waiting for a device. None when the engine reports
+        no pipelines at all (an upstream daemon may not): unknown, not zero."""
+        pipelines = self.snapshot.get("pipelines")
+        if pipelines is None:
+            return None
+        return sum(1 for p in pipelines if pipeline_phase(p) in ("queued", "waiting"))
 
     @property
     def partitions_waiting(self) -> int:
@@ -261,7 +264,7 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         "offline": sum(1 for h in hosts if h.connection == OFFLINE),
         "busy": sum(h.busy_workers for h in live),
         "workers": sum(len(h.workers) for h in live),
-        "queue_depth": sum(h.queue_depth for h in live),
+        "queue_depth": sum(h.queue_depth or 0 for h in live),
         "partitions_waiting": sum(h.partitions_waiting for h in live),
         "queued_jobs": queued["count"],
         **{f"{key}_24h": value for key, value in finished.items()},
