@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from http import HTTPStatus
 
 import aiohttp
 from channels.db import database_sync_to_async
@@ -281,6 +282,9 @@ class FleetController:
                 continue
             except EngineUnreachable as exc:
                 log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
+                if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
+                    await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
+                                                                    str(exc))
                 continue
             updated = await database_sync_to_async(jobs.mark_dispatched)(
                 job.pk, host.machine_id, str(answer.get("job_id", "")))
@@ -289,7 +293,8 @@ class FleetController:
                 await self._publish_job(updated)
 
     def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> HostLive | None:
-        candidates = self.live_hosts()
+        # A draining engine refuses new jobs: leave it out until its replacement is live.
+        candidates = [h for h in self.live_hosts() if (h.snapshot or {}).get("accepting", True)]
         if job.machine_id is not None:
             candidates = [h for h in candidates if h.machine_id == job.machine_id]
         if not candidates:
