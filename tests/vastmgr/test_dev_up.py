@@ -1,11 +1,17 @@
 """`./dev up` starts, serves the login page, and stops cleanly on Ctrl-C."""
 
+import io
 import signal
 import subprocess
 import urllib.error
 import urllib.request
 
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
 from tests.conftest import free_port, wait_for_http
+from vastmgr.fleet.management.commands.up import ensure_admin
 
 STARTUP_TIMEOUT = 120
 
@@ -39,3 +45,23 @@ def assert_nothing_serves(port: int) -> None:
     except urllib.error.URLError:
         return
     raise AssertionError(f"something still serves port {port} after Ctrl-C")
+
+
+@pytest.mark.django_db
+def test_ensure_admin_keeps_the_password_hash_so_sessions_survive_a_restart(monkeypatch):
+    monkeypatch.setenv("VASTMGR_ADMIN_USER", "ops")
+    monkeypatch.setenv("VASTMGR_ADMIN_PASSWORD", "pw-for-tests-1")
+    out = io.StringIO()
+    ensure_admin(out)
+    user = get_user_model().objects.get(username="ops")
+    client = Client()
+    client.force_login(user)
+    first_hash = user.password
+    ensure_admin(out)  # the next start with the same environment
+    assert get_user_model().objects.get(username="ops").password == first_hash
+    assert client.get("/").status_code == 200, "a restart logged the admin out"
+    assert "created" in out.getvalue() and "unchanged" in out.getvalue()
+    monkeypatch.setenv("VASTMGR_ADMIN_PASSWORD", "a-new-password-2")
+    ensure_admin(out)
+    user = get_user_model().objects.get(username="ops")
+    assert user.check_password("a-new-password-2") and user.is_superuser

@@ -29,6 +29,7 @@ from .watching import WatchRegistry
 log = logging.getLogger(__name__)
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
+CONCLUDE_TIMEOUT = 30.0  # seconds a stopping controller gives the results it holds
 
 
 class FleetController:
@@ -49,6 +50,7 @@ class FleetController:
         self.waiters: dict[str, asyncio.Task] = {}
         self.actions: set[int] = set()
         self.background: set[asyncio.Task] = set()
+        self.concluding: set[asyncio.Future] = set()  # results being written
         self.machine_names: dict[int, str] = {}
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
         self.statuses: dict[int, HostStatus] = {}  # what was last pushed (and written) per host
@@ -77,6 +79,8 @@ class FleetController:
             await self.shutdown()
 
     async def shutdown(self) -> None:
+        if self.concluding:
+            await asyncio.wait(set(self.concluding), timeout=CONCLUDE_TIMEOUT)
         tasks = [*self.watchers.values(), *self.waiters.values(), *self.background]
         for task in tasks:
             task.cancel()
@@ -334,22 +338,29 @@ class FleetController:
                 except EngineAPIError as exc:
                     record = None if exc.status == 404 else {
                         "status": "failed", "error": f"engine refused the lookup: {exc}"}
-                if record is None:
-                    # The engine answers but no longer knows the job: it restarted and lost it.
-                    job = await database_sync_to_async(jobs.requeue)(
-                        job_id, machine_id, "the engine no longer knows this job (restarted?)")
-                    await self._publish_job(job)
-                    return
-                if record.get("status") in ("done", "failed", "cancelled"):
-                    pipeline = await self._final_pipeline(client, record, job_id)
-                    job = await database_sync_to_async(jobs.record_result)(
-                        job_id, machine_id, record, pipeline)
-                    await self._publish_job(job)
+                if record is None or record.get("status") in ("done", "failed", "cancelled"):
+                    # An outcome in hand is written even if the controller is stopping now.
+                    concluding = asyncio.ensure_future(
+                        self._conclude(job_id, machine_id, client, record))
+                    self.concluding.add(concluding)
+                    concluding.add_done_callback(self.concluding.discard)
+                    await asyncio.shield(concluding)
                     return
                 if not await self._still_in_flight(job_id, machine_id):
                     return
         finally:
             self.waiters.pop(job_id, None)
+
+    async def _conclude(self, job_id: str, machine_id: int, client, record: dict | None) -> None:
+        if record is None:
+            # The engine answers but no longer knows the job: it restarted and lost it.
+            job = await database_sync_to_async(jobs.requeue)(
+                job_id, machine_id, "the engine no longer knows this job (restarted?)")
+        else:
+            pipeline = await self._final_pipeline(client, record, job_id)
+            job = await database_sync_to_async(jobs.record_result)(
+                job_id, machine_id, record, pipeline)
+        await self._publish_job(job)
 
     async def _final_pipeline(self, client, record: dict, job_id: str) -> dict | None:
         """The job's last partition timings, from /status while the engine still retains it."""
