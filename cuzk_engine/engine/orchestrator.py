@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import re
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
+from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.errors import CuzkError, InvalidRequest
 from cuzk_engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
@@ -181,9 +181,7 @@ class Engine:
 
     async def start(self) -> None:
         if self._synth_executor is None:
-            self._synth_executor = ProcessPoolExecutor(
-                self.synth_workers, mp_context=multiprocessing.get_context("forkserver")
-            )
+            self._synth_executor = synthesis_pool(self.synth_workers)
         n_workers = len(self.devices) * self.workers_per_device
         self._finalizer_pool = ThreadPoolExecutor(max(n_workers, 1),
                                                   thread_name_prefix="finalizer")
