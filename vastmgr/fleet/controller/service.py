@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
+from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -57,6 +58,8 @@ class FleetController:
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
+        self.faults = FaultRecorder("fleet controller tick")
+        self.result_faults = FaultRecorder("fleet controller result collection")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -69,7 +72,10 @@ class FleetController:
                 # Ticks start at a fixed rate: a slow tick shortens the wait, so an update
                 # waits at most one tick period plus the work of the tick that carries it.
                 started = loop.time()
-                await self.tick()
+                try:
+                    await self.tick()
+                except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
+                    await self.faults.record(exc)
                 remaining = self.tick_seconds - (loop.time() - started)
                 try:
                     await asyncio.wait_for(stop.wait(), max(remaining, 0.0))
@@ -348,6 +354,8 @@ class FleetController:
                     return
                 if not await self._still_in_flight(job_id, machine_id):
                     return
+        except Exception as exc:  # noqa: BLE001 - the next tick starts a new waiter for it
+            await self.result_faults.record(exc, machine_id)
         finally:
             self.waiters.pop(job_id, None)
 
@@ -380,18 +388,21 @@ class FleetController:
 
     async def requeue_lost(self, now: float) -> None:
         """Jobs on a machine that has been unreachable for longer than the grace period go back
-        to the queue (the engine's request-id idempotency makes a later duplicate harmless)."""
+        to the queue (the engine's request-id idempotency makes a later duplicate harmless);
+        every other in-flight job has a result waiter (one that failed is started again)."""
         expired = {mid for mid, live in self.hosts.items()
                    if not live.connected and live.down_since is not None
                    and now - live.down_since > self.grace}
         in_flight = await database_sync_to_async(jobs.in_flight_jobs)()
         for job in in_flight:
             gone = job.machine_id not in self.hosts and job.machine_id is not None
-            if job.machine_id in expired or gone:
-                reason = (f"machine offline for more than {self.grace:g} s" if not gone
-                          else "machine is disabled or killed")
-                requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
-                await self._publish_job(requeued)
+            if not (job.machine_id in expired or gone):
+                self._watch_result(job)  # a waiter that failed is replaced here
+                continue
+            reason = (f"machine offline for more than {self.grace:g} s" if not gone
+                      else "machine is disabled or killed")
+            requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
+            await self._publish_job(requeued)
 
     async def _cancel_orphan(self, machine_id: int, engine_job_id: str) -> None:
         live = self.hosts.get(machine_id)

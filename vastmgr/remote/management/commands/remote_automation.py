@@ -6,6 +6,7 @@ import signal
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand
 
+from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event
 from vastmgr.remote import vast
 from vastmgr.remote.lifecycle import Automation
@@ -23,21 +24,30 @@ class Command(BaseCommand):
     def handle(self, *args, interval: float, once: bool, **options):
         asyncio.run(self.loop(interval, once))
 
+    async def tick(self) -> None:
+        client = None
+        if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
+            try:
+                client = await sync_to_async(vast.VastClient.from_settings)()
+                await vast.reconcile(client)
+            except (vast.VastError, SecretUnavailable) as exc:
+                await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
+                                                  level=Event.Level.ERROR)
+            except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
+                await self.faults.record(exc)
+        await Automation(vast_client=client).tick()
+
     async def loop(self, interval: float, once: bool) -> None:
-        # `./dev up` stops its children with SIGINT: finish the tick in hand, then exit quietly.
+        # `./dev up` stops its children with SIGTERM: finish the tick in hand, then exit quietly.
+        self.faults = FaultRecorder("remote automation tick")
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         while not stop.is_set():
-            client = None
-            if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
-                try:
-                    client = await sync_to_async(vast.VastClient.from_settings)()
-                    await vast.reconcile(client)
-                except (vast.VastError, SecretUnavailable) as exc:
-                    await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
-                                                      level=Event.Level.ERROR)
-            await Automation(vast_client=client).tick()
+            try:
+                await self.tick()
+            except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
+                await self.faults.record(exc)
             if once:
                 return
             try:
