@@ -65,3 +65,33 @@ def test_ensure_admin_keeps_the_password_hash_so_sessions_survive_a_restart(monk
     ensure_admin(out)
     user = get_user_model().objects.get(username="ops")
     assert user.check_password("a-new-password-2") and user.is_superuser
+
+
+class ExitedProcess:
+    returncode = -signal.SIGKILL
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.django_db
+def test_a_crashing_child_is_restarted_with_backoff_then_left_down_after_the_cap():
+    from vastmgr.fleet.management.commands import up
+    from vastmgr.fleet.models import Event
+
+    command = up.Command(stdout=io.StringIO(), stderr=io.StringIO())
+    child = up.Child("engine", ["true"], proc=ExitedProcess())
+    now, delays = 1000.0, []
+    for _ in range(up.RESTART_CAP):
+        child.started = now
+        command.schedule_restart(child, now)
+        delays.append(child.restart_at - now)
+        now = child.restart_at + 0.5  # it starts and crashes half a second later
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert not child.given_up
+    command.schedule_restart(child, now)
+    assert child.given_up, "a sixth crash within the window must leave the child down"
+    events = list(Event.objects.filter(kind="supervisor").values_list("level", "message"))
+    assert len(events) == up.RESTART_CAP + 1
+    assert all("engine was killed by SIGKILL" in message for _, message in events)
+    assert events[0][0] == Event.Level.ERROR and "stays down" in events[0][1]

@@ -187,3 +187,25 @@ async def test_offline_engine_gives_a_failed_job_and_a_clear_message():
     assert job.status == ProofJob.Status.FAILED
     assert "offline" in job.error and machine.name in job.error
     assert b"Not started: the engine on local is offline" in response.content
+
+
+@pytest.mark.parametrize(("cancelled_by", "outcome"), [
+    ("request", ProofJob.Status.CANCELLED),  # someone cancelled it on the engine: final
+    ("engine", ProofJob.Status.QUEUED),  # the engine's shutdown cancelled it: runs again
+    (None, ProofJob.Status.QUEUED),  # an engine that does not say: never lose the job
+])
+def test_only_a_requested_cancel_ends_a_job(cancelled_by, outcome):
+    machine = Machine.objects.create(name="local", provider="local", host="127.0.0.1",
+                                     engine_port=1)
+    job = ProofJob.objects.create(kind="winning-post", profile="tiny", seed=1)
+    job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine.pk, engine_job_id=str(job.pk))
+    record = {"status": "cancelled", "error": "engine shutting down", "cancelled_by": cancelled_by}
+    jobs.record_result(job.pk, machine.pk, record, None)
+    job.refresh_from_db()
+    assert job.status == outcome
+    requeued = Event.objects.filter(message__contains=f"{job.pk} re-queued").first()
+    if outcome == ProofJob.Status.QUEUED:
+        assert requeued and "engine shutting down" in requeued.message
+        assert job.engine_job_id == ""
+    else:
+        assert requeued is None
