@@ -202,6 +202,7 @@ class Stack:
         assert "/accounts/login/" not in landed
 
     def logged_in(self) -> bool:
+        wait_for(self.live, START_TIMEOUT, "the stack is not live")  # a restarted dashboard
         with self.http.open(self.url + "/", timeout=10) as r:
             return "/accounts/login/" not in r.geturl()
 
