@@ -130,6 +130,9 @@ class DaemonConfig:
     listen: str = "127.0.0.1:9821"
     token: str | None = None
     stream_interval: float = 0.25
+    # After a drain, how long to wait for clients to fetch the results of jobs that ended during
+    # it (finished, or cancelled by the shutdown), so a controller learns each one's outcome.
+    drain_linger: float = 5.0
 
     @property
     def host(self) -> str:
@@ -190,7 +193,7 @@ _SCHEMA: dict[str, set[str]] = {
     "memory": {"total_budget", "safety_margin", "eviction_min_idle"},
     "pipeline": {"enabled", "split_prove", "self_verify"},
     "srs": {"param_cache"},
-    "daemon": {"listen", "token", "stream_interval"},
+    "daemon": {"listen", "token", "stream_interval", "drain_linger"},
     "status": {"retention", "result_retention"},
 }
 
@@ -277,6 +280,8 @@ def config_from_dict(data: dict) -> EngineConfig:
     if "stream_interval" in daemon:
         cfg.daemon.stream_interval = parse_duration(daemon["stream_interval"],
                                                     "daemon.stream_interval")
+    if "drain_linger" in daemon:
+        cfg.daemon.drain_linger = parse_duration(daemon["drain_linger"], "daemon.drain_linger")
 
     status = data.get("status", {})
     for k in ("retention", "result_retention"):

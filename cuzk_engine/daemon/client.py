@@ -38,7 +38,12 @@ class EngineAPIError(EngineError):
 
 
 class EngineUnreachable(EngineError):
-    """No usable answer from the engine; retry later."""
+    """No usable answer from the engine; retry later. `status` is the HTTP status when the
+    engine did answer (503: draining, not accepting), else None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class EngineClient:
@@ -83,7 +88,8 @@ class EngineClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise EngineUnreachable(f"{where}: {type(exc).__name__} {exc}".rstrip()) from exc
         if status >= 500 or status in RETRY_LATER:
-            raise EngineUnreachable(f"{where}: HTTP {status} {_error_text(body)}".rstrip())
+            raise EngineUnreachable(f"{where}: HTTP {status} {_error_text(body)}".rstrip(),
+                                    status)
         if status >= 400:
             raise EngineAPIError(status, _error_text(body) or f"{where} refused")
         if text:

@@ -16,6 +16,7 @@ from aiohttp import web
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon.app import build_app
 from cuzk_engine.engine.orchestrator import Engine
+from cuzk_engine.engine.pool import kill_stale_pools, mark_as_owner
 from cuzk_engine.engine.stages import Stages
 
 log = logging.getLogger("cuzk_engine.daemon")
@@ -54,6 +55,8 @@ class EngineDaemon:
 async def serve(config: EngineConfig, *, ready: Callable[[str], None] | None = None,
                 stages: Stages | None = None) -> None:
     """Serve until SIGTERM/SIGINT; the first drains, a second exits fast."""
+    kill_stale_pools()
+    mark_as_owner()
     daemon = EngineDaemon(config, stages=stages)
     url = await daemon.start()
     if ready is not None:

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import re
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
+from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.errors import CuzkError, InvalidRequest
 from cuzk_engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
@@ -36,6 +36,7 @@ from cuzk_engine.status import StatusTracker, snapshot_violations
 log = logging.getLogger("cuzk_engine.engine")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+UNCOLLECTED_RECENT = 60.0  # seconds: a drain also waits for uncollected results this recent
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -74,6 +75,9 @@ class Job:
     submitted_wall: float = field(default_factory=time.time)
     status: str = "queued"
     error: str | None = None
+    # Who cancelled it: "request" (DELETE /v1/proofs/{id}) or "engine" (its own shutdown). A
+    # client re-queues an engine-cancelled job elsewhere; only a request's cancel is final.
+    cancelled_by: str | None = None
     started: float | None = None
     finished: float | None = None
     srs_load_ms: float = 0.0
@@ -90,6 +94,7 @@ class Job:
     holds_srs: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    collected: asyncio.Event = field(default_factory=asyncio.Event)  # final result fetched
 
     @property
     def terminal(self) -> bool:
@@ -112,6 +117,7 @@ class Job:
             "circuit_id": self.circuit_id,
             "partitions": self.partitions,
             "status": self.status,
+            "cancelled_by": self.cancelled_by,
             "submitted_at": self.submitted_wall,
             "timings": {
                 "queue_ms": _r(queue),
@@ -184,9 +190,7 @@ class Engine:
 
     async def start(self) -> None:
         if self._synth_executor is None:
-            self._synth_executor = ProcessPoolExecutor(
-                self.synth_workers, mp_context=multiprocessing.get_context("forkserver")
-            )
+            self._synth_executor = synthesis_pool(self.synth_workers)
         n_workers = len(self.devices) * self.workers_per_device
         self._finalizer_pool = ThreadPoolExecutor(max(n_workers, 1),
                                                   thread_name_prefix="finalizer")
@@ -207,12 +211,27 @@ class Engine:
         self.tracker.set_accepting(True)
 
     async def drain(self) -> None:
-        """Stop accepting, cancel what has not started, let running jobs finish."""
+        """Stop accepting, cancel what has not started, let running jobs finish, then give
+        clients up to ``daemon.drain_linger`` seconds to fetch every result that ended during
+        the drain (a controller learns which jobs finished and which to queue again)."""
         self._accepting = False
         self.tracker.set_accepting(False)
+        # Jobs ending now, or ended just before, whose outcome a client may still be waiting for.
+        recent = time.perf_counter() - UNCOLLECTED_RECENT
+        ending = [j for j in self._jobs.values() if j.request_id is not None
+                  and not j.collected.is_set() and (not j.terminal or j.finished >= recent)]
         for job_id in self._job_queue.ids():
-            self._cancel_job(self._jobs[job_id], "engine shutting down")
+            self._cancel_job(self._jobs[job_id], "engine shutting down", by="engine")
         await asyncio.gather(*(j.settled.wait() for j in list(self._jobs.values())))
+        uncollected = [j.collected.wait() for j in ending if not j.collected.is_set()]
+        if uncollected:
+            try:
+                await asyncio.wait_for(asyncio.gather(*uncollected),
+                                       self.config.daemon.drain_linger)
+            except TimeoutError:
+                log.warning("%d result(s) of the drain were not fetched within %gs",
+                            sum(not j.collected.is_set() for j in ending),
+                            self.config.daemon.drain_linger)
 
     async def stop(self, *, fast: bool = False) -> None:
         """Stop the engine. ``fast`` cancels running jobs instead of letting them finish."""
@@ -221,7 +240,7 @@ class Engine:
         if fast:
             for job in list(self._jobs.values()):
                 if not job.terminal:
-                    self._cancel_job(job, "engine stopped")
+                    self._cancel_job(job, "engine stopped", by="engine")
         else:
             await self.drain()
         for t in self._tasks:
@@ -284,6 +303,12 @@ class Engine:
                 raise RequestConflict(
                     f"request_id {request_id!r} was already used for {job.kind}/{job.profile} "
                     f"seed {job.seed}")
+            if job.cancelled_by == "engine":
+                # Our shutdown cancelled it: it must run elsewhere (or here after a restart),
+                # not be answered with the cancelled record as if that were its outcome.
+                raise EngineNotAccepting(
+                    "the engine is shutting down and cancelled this request; submit it again "
+                    "later or to another engine")
             return job, self._position(job), False
         if not self._accepting:
             raise EngineNotAccepting("the engine is shutting down and accepts no new proofs")
@@ -313,18 +338,23 @@ class Engine:
             raise JobNotFound(f"no job {_shown(job_id, 140)}") from None
 
     async def wait(self, job_id: str, timeout: float | None) -> Job:
+        """The job, once it ended or after `timeout`; the caller hands its result over, so an
+        ended job counts as collected (a drain lingers until those it ended are)."""
         job = self.get(job_id)
         if not job.terminal and timeout:
             try:
                 await asyncio.wait_for(job.ended.wait(), timeout)
             except TimeoutError:
                 pass
+        if job.terminal:
+            job.collected.set()
         return job
 
     def cancel(self, job_id: str) -> Job:
         job = self.get(job_id)
         if not job.terminal:
-            self._cancel_job(job, "cancelled by request")
+            self._cancel_job(job, "cancelled by request", by="request")
+        job.collected.set()  # whoever cancelled it gets the result in the answer
         return job
 
     def snapshot(self):
@@ -362,7 +392,9 @@ class Engine:
 
     # ------------------------------------------------------------------ job endings
 
-    def _cancel_job(self, job: Job, reason: str) -> None:
+    def _cancel_job(self, job: Job, reason: str, *, by: str) -> None:
+        if not job.terminal:
+            job.cancelled_by = by
         if self._job_queue.remove(job.job_id):
             self.tracker.job_cancelled(job.job_id, reason)
             self._end_job(job, "cancelled", reason)

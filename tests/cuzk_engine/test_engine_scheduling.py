@@ -361,6 +361,44 @@ async def test_drain_finishes_running_cancels_queued_and_refuses_new():
     assert engine.budget.used == 0
 
 
+async def test_a_drain_marks_its_cancels_as_the_engines_and_waits_for_results_to_be_fetched():
+    """A client must tell a shutdown's cancel (run it again elsewhere) from a user's (final),
+    and must get the chance to fetch what finished during the drain before the engine exits."""
+    si = StandInStages(delay=0.003)
+    cfg = make_config(synth=1, workers=1)
+    cfg.daemon.drain_linger = 20.0
+    engine = await started(cfg, si)
+    running = engine.submit("porep-c2", "tiny", 1, request_id="run")[0]
+    queued = [engine.submit("porep-c2", "tiny", s, request_id=f"q{s}")[0] for s in range(2, 5)]
+    user_cancelled = engine.cancel(queued.pop().job_id)
+    assert user_cancelled.result()["cancelled_by"] == "request"
+    await asyncio.sleep(0.02)
+    drain = asyncio.create_task(engine.drain())
+    await asyncio.wait_for(asyncio.gather(*(j.settled.wait() for j in [running, *queued])), 20)
+    await asyncio.sleep(0.05)
+    assert not drain.done(), "the drain ended before anyone fetched its results"
+    for job in [running, *queued]:
+        await engine.wait(job.job_id, 0)
+    await asyncio.wait_for(drain, 5)
+    assert running.status == "done" and running.cancelled_by is None
+    shut = [j for j in queued if j.status == "cancelled"]
+    assert shut and all(j.result()["cancelled_by"] == "engine" for j in shut)
+    # Resubmitting a request the shutdown cancelled is refused as "not accepting", never
+    # answered with the cancelled record as though that were its outcome.
+    with pytest.raises(EngineNotAccepting):
+        engine.submit("porep-c2", "tiny", shut[0].seed, request_id=shut[0].request_id)
+    await engine.stop()
+
+
+async def test_a_drain_gives_up_waiting_for_unfetched_results_after_the_linger():
+    cfg = make_config(synth=1, workers=1)
+    cfg.daemon.drain_linger = 0.2
+    engine = await started(cfg, StandInStages())
+    engine.submit("winning-post", "tiny", 1, request_id="never-fetched")
+    await asyncio.wait_for(engine.drain(), 5)
+    await engine.stop()
+
+
 async def test_monolithic_mode_proves_sequentially_with_one_worker_per_device():
     si = StandInStages(delay=0.001)
     engine = await started(make_config(pipelined=False), si)

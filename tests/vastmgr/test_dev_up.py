@@ -1,11 +1,17 @@
 """`./dev up` starts, serves the login page, and stops cleanly on Ctrl-C."""
 
+import io
 import signal
 import subprocess
 import urllib.error
 import urllib.request
 
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
 from tests.conftest import free_port, wait_for_http
+from vastmgr.fleet.management.commands.up import ensure_admin
 
 STARTUP_TIMEOUT = 120
 
@@ -39,3 +45,53 @@ def assert_nothing_serves(port: int) -> None:
     except urllib.error.URLError:
         return
     raise AssertionError(f"something still serves port {port} after Ctrl-C")
+
+
+@pytest.mark.django_db
+def test_ensure_admin_keeps_the_password_hash_so_sessions_survive_a_restart(monkeypatch):
+    monkeypatch.setenv("VASTMGR_ADMIN_USER", "ops")
+    monkeypatch.setenv("VASTMGR_ADMIN_PASSWORD", "pw-for-tests-1")
+    out = io.StringIO()
+    ensure_admin(out)
+    user = get_user_model().objects.get(username="ops")
+    client = Client()
+    client.force_login(user)
+    first_hash = user.password
+    ensure_admin(out)  # the next start with the same environment
+    assert get_user_model().objects.get(username="ops").password == first_hash
+    assert client.get("/").status_code == 200, "a restart logged the admin out"
+    assert "created" in out.getvalue() and "unchanged" in out.getvalue()
+    monkeypatch.setenv("VASTMGR_ADMIN_PASSWORD", "a-new-password-2")
+    ensure_admin(out)
+    user = get_user_model().objects.get(username="ops")
+    assert user.check_password("a-new-password-2") and user.is_superuser
+
+
+class ExitedProcess:
+    returncode = -signal.SIGKILL
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.django_db
+def test_a_crashing_child_is_restarted_with_backoff_then_left_down_after_the_cap():
+    from vastmgr.fleet.management.commands import up
+    from vastmgr.fleet.models import Event
+
+    command = up.Command(stdout=io.StringIO(), stderr=io.StringIO())
+    child = up.Child("engine", ["true"], proc=ExitedProcess())
+    now, delays = 1000.0, []
+    for _ in range(up.RESTART_CAP):
+        child.started = now
+        command.schedule_restart(child, now)
+        delays.append(child.restart_at - now)
+        now = child.restart_at + 0.5  # it starts and crashes half a second later
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert not child.given_up
+    command.schedule_restart(child, now)
+    assert child.given_up, "a sixth crash within the window must leave the child down"
+    events = list(Event.objects.filter(kind="supervisor").values_list("level", "message"))
+    assert len(events) == up.RESTART_CAP + 1
+    assert all("engine was killed by SIGKILL" in message for _, message in events)
+    assert events[0][0] == Event.Level.ERROR and "stays down" in events[0][1]

@@ -1,6 +1,7 @@
 """Dispatch end to end: the Django view queues a proof, the controller sends it to a real
 engine (tiny profile), and the result lands in the row, re-verified by the dashboard."""
 
+import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
@@ -9,6 +10,7 @@ from django.test import Client
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
+from vastmgr.fleet.controller import jobs
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -98,6 +100,51 @@ async def test_engine_killed_mid_job_requeues_and_finishes_after_it_is_back(engi
     assert engine.status()["counters"]["total_completed"] == 1
 
 
+async def test_engine_stopped_gracefully_loses_nothing(engine):
+    """SIGTERM drains the engine: the running job finishes and its result is collected; the
+    queued ones it cancels go back to the queue (with an Event) and finish on the next engine."""
+    machine = await local_machine(engine.port)
+    async with running_controller() as controller:
+        await wait_until(lambda: machine.pk in controller.hosts
+                         and controller.hosts[machine.pk].connected)
+        proof_jobs = [await database_sync_to_async(ProofJob.objects.create)(
+            kind="porep-c2", profile="tiny", seed=seed, priority="normal") for seed in (21, 22, 23)]
+        ids = {str(job.pk) for job in proof_jobs}
+
+        def on_engine():
+            pipelines = [p for p in engine.status()["pipelines"] if p.get("request_id") in ids]
+            return (len(pipelines) == 3 and any(p["status"] == "running" for p in pipelines)
+                    and any(p["status"] == "queued" for p in pipelines))
+
+        await wait_until(on_engine, timeout=60)
+        engine.proc.terminate()
+        assert await asyncio.to_thread(engine.proc.wait, 60) == 0
+        # The engine lingered until every outcome was fetched; the controller records them.
+        rows = await wait_until(settled_rows(proof_jobs), timeout=10)
+        assert {row.status for row in rows} <= {ProofJob.Status.DONE, ProofJob.Status.QUEUED}
+        assert any(row.status == ProofJob.Status.DONE for row in rows), \
+            "the job that finished during the drain was not collected"
+        requeued = [row for row in rows if row.status == ProofJob.Status.QUEUED]
+        assert requeued
+        for row in requeued:
+            assert await database_sync_to_async(Event.objects.filter(
+                message__contains=f"{row.pk} re-queued", level=Event.Level.WARNING).exists)()
+        engine.start()
+        rows = [await final(job.pk, timeout=180) for job in proof_jobs]
+    assert all(row.status == ProofJob.Status.DONE and row.verified for row in rows)
+    lost = await database_sync_to_async(
+        Event.objects.filter(message__contains="no longer knows").count)()
+    assert lost == 0, "a result was lost and the job proved twice"
+
+
+def settled_rows(proof_jobs):
+    @database_sync_to_async
+    def rows():
+        found = [ProofJob.objects.get(pk=job.pk) for job in proof_jobs]
+        return None if any(row.status in jobs.IN_FLIGHT for row in found) else found
+    return rows
+
+
 async def test_a_controller_restart_never_submits_twice(engine):
     """The previous controller submitted and died before writing `dispatched`: the new one
     adopts or resubmits with the same request id, and the engine runs the proof once."""
@@ -140,3 +187,25 @@ async def test_offline_engine_gives_a_failed_job_and_a_clear_message():
     assert job.status == ProofJob.Status.FAILED
     assert "offline" in job.error and machine.name in job.error
     assert b"Not started: the engine on local is offline" in response.content
+
+
+@pytest.mark.parametrize(("cancelled_by", "outcome"), [
+    ("request", ProofJob.Status.CANCELLED),  # someone cancelled it on the engine: final
+    ("engine", ProofJob.Status.QUEUED),  # the engine's shutdown cancelled it: runs again
+    (None, ProofJob.Status.QUEUED),  # an engine that does not say: never lose the job
+])
+def test_only_a_requested_cancel_ends_a_job(cancelled_by, outcome):
+    machine = Machine.objects.create(name="local", provider="local", host="127.0.0.1",
+                                     engine_port=1)
+    job = ProofJob.objects.create(kind="winning-post", profile="tiny", seed=1)
+    job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine.pk, engine_job_id=str(job.pk))
+    record = {"status": "cancelled", "error": "engine shutting down", "cancelled_by": cancelled_by}
+    jobs.record_result(job.pk, machine.pk, record, None)
+    job.refresh_from_db()
+    assert job.status == outcome
+    requeued = Event.objects.filter(message__contains=f"{job.pk} re-queued").first()
+    if outcome == ProofJob.Status.QUEUED:
+        assert requeued and "engine shutting down" in requeued.message
+        assert job.engine_job_id == ""
+    else:
+        assert requeued is None

@@ -74,6 +74,16 @@ def mark_dispatched(job_id, machine_id: int, engine_job_id: str) -> ProofJob | N
     return job
 
 
+def not_accepted(job_id, machine_id: int, reason: str) -> None:
+    """The engine refused a submission because it is draining: the job simply stays queued."""
+    job = ProofJob.objects.filter(pk=job_id, status=ProofJob.Status.QUEUED).first()
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if job is not None and machine is not None:
+        Event.record("proof", f"proof {job.pk} stays queued: {machine.name} is not accepting "
+                     f"new jobs ({reason})", machine=machine, level=Event.Level.WARNING,
+                     data={"job": str(job.pk)})
+
+
 def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
     job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
     if job is None:
@@ -103,7 +113,9 @@ def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
                     "partitions": pipeline.get("partitions") or []}
         if progress == job.progress and job.status == ProofJob.Status.RUNNING:
             continue
-        if job.status == ProofJob.Status.DISPATCHED and pipeline.get("status") != "queued":
+        # A pipeline the engine cancelled never ran: its result re-queues the job instead.
+        if (job.status == ProofJob.Status.DISPATCHED
+                and pipeline.get("status") in ("running", "done", "failed")):
             job.move_to(ProofJob.Status.RUNNING, progress=progress)
         else:
             job.progress = progress
@@ -148,6 +160,11 @@ def record_result(job_id, machine_id: int, record: dict,
                               "partitions": pipeline.get("partitions") or []}
     status = record.get("status")
     if status == "cancelled":
+        if record.get("cancelled_by") != "request":
+            # The engine's own shutdown (or an engine too old to say) cancelled it: nobody
+            # asked for that, so the job runs again rather than ending here.
+            return requeue(job_id, machine_id,
+                           f"the engine cancelled it ({record.get('error') or 'no reason given'})")
         job.move_to(ProofJob.Status.CANCELLED, error=record.get("error") or "cancelled", **fields)
         return job
     if status == "failed":

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from http import HTTPStatus
 
 import aiohttp
 from channels.db import database_sync_to_async
@@ -14,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
+from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -29,6 +31,7 @@ from .watching import WatchRegistry
 log = logging.getLogger(__name__)
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
+CONCLUDE_TIMEOUT = 30.0  # seconds a stopping controller gives the results it holds
 
 
 class FleetController:
@@ -50,6 +53,7 @@ class FleetController:
         self.actions: set[int] = set()
         self.cancelling: set[str] = set()  # job ids whose engine cancel is under way
         self.background: set[asyncio.Task] = set()
+        self.concluding: set[asyncio.Future] = set()  # results being written
         self.machine_names: dict[int, str] = {}
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
         self.statuses: dict[int, HostStatus] = {}  # what was last pushed (and written) per host
@@ -58,6 +62,8 @@ class FleetController:
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
+        self.faults = FaultRecorder("fleet controller tick")
+        self.result_faults = FaultRecorder("fleet controller result collection")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -70,7 +76,10 @@ class FleetController:
                 # Ticks start at a fixed rate: a slow tick shortens the wait, so an update
                 # waits at most one tick period plus the work of the tick that carries it.
                 started = loop.time()
-                await self.tick()
+                try:
+                    await self.tick()
+                except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
+                    await self.faults.record(exc)
                 remaining = self.tick_seconds - (loop.time() - started)
                 try:
                     await asyncio.wait_for(stop.wait(), max(remaining, 0.0))
@@ -80,6 +89,8 @@ class FleetController:
             await self.shutdown()
 
     async def shutdown(self) -> None:
+        if self.concluding:
+            await asyncio.wait(set(self.concluding), timeout=CONCLUDE_TIMEOUT)
         tasks = [*self.watchers.values(), *self.waiters.values(), *self.background]
         for task in tasks:
             task.cancel()
@@ -310,6 +321,9 @@ class FleetController:
                 continue
             except EngineUnreachable as exc:
                 log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
+                if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
+                    await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
+                                                                    str(exc))
                 continue
             updated = await database_sync_to_async(jobs.mark_dispatched)(
                 job.pk, host.machine_id, str(answer.get("job_id", "")))
@@ -318,7 +332,8 @@ class FleetController:
                 await self._publish_job(updated)
 
     def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> HostLive | None:
-        candidates = self.live_hosts()
+        # A draining engine refuses new jobs: leave it out until its replacement is live.
+        candidates = [h for h in self.live_hosts() if (h.snapshot or {}).get("accepting", True)]
         if job.machine_id is not None:
             candidates = [h for h in candidates if h.machine_id == job.machine_id]
         if not candidates:
@@ -358,22 +373,31 @@ class FleetController:
                 except EngineAPIError as exc:
                     record = None if exc.status == 404 else {
                         "status": "failed", "error": f"engine refused the lookup: {exc}"}
-                if record is None:
-                    # The engine answers but no longer knows the job: it restarted and lost it.
-                    job = await database_sync_to_async(jobs.requeue)(
-                        job_id, machine_id, "the engine no longer knows this job (restarted?)")
-                    await self._publish_job(job)
-                    return
-                if record.get("status") in ("done", "failed", "cancelled"):
-                    pipeline = await self._final_pipeline(client, record, job_id)
-                    job = await database_sync_to_async(jobs.record_result)(
-                        job_id, machine_id, record, pipeline)
-                    await self._publish_job(job)
+                if record is None or record.get("status") in ("done", "failed", "cancelled"):
+                    # An outcome in hand is written even if the controller is stopping now.
+                    concluding = asyncio.ensure_future(
+                        self._conclude(job_id, machine_id, client, record))
+                    self.concluding.add(concluding)
+                    concluding.add_done_callback(self.concluding.discard)
+                    await asyncio.shield(concluding)
                     return
                 if not await self._still_in_flight(job_id, machine_id):
                     return
+        except Exception as exc:  # noqa: BLE001 - the next tick starts a new waiter for it
+            await self.result_faults.record(exc, machine_id)
         finally:
             self.waiters.pop(job_id, None)
+
+    async def _conclude(self, job_id: str, machine_id: int, client, record: dict | None) -> None:
+        if record is None:
+            # The engine answers but no longer knows the job: it restarted and lost it.
+            job = await database_sync_to_async(jobs.requeue)(
+                job_id, machine_id, "the engine no longer knows this job (restarted?)")
+        else:
+            pipeline = await self._final_pipeline(client, record, job_id)
+            job = await database_sync_to_async(jobs.record_result)(
+                job_id, machine_id, record, pipeline)
+        await self._publish_job(job)
 
     async def _final_pipeline(self, client, record: dict, job_id: str) -> dict | None:
         """The job's last partition timings, from /status while the engine still retains it."""
@@ -393,18 +417,21 @@ class FleetController:
 
     async def requeue_lost(self, now: float) -> None:
         """Jobs on a machine that has been unreachable for longer than the grace period go back
-        to the queue (the engine's request-id idempotency makes a later duplicate harmless)."""
+        to the queue (the engine's request-id idempotency makes a later duplicate harmless);
+        every other in-flight job has a result waiter (one that failed is started again)."""
         expired = {mid for mid, live in self.hosts.items()
                    if not live.connected and live.down_since is not None
                    and now - live.down_since > self.grace}
         in_flight = await database_sync_to_async(jobs.in_flight_jobs)()
         for job in in_flight:
             gone = job.machine_id not in self.hosts and job.machine_id is not None
-            if job.machine_id in expired or gone:
-                reason = (f"machine offline for more than {self.grace:g} s" if not gone
-                          else "machine is disabled or killed")
-                requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
-                await self._publish_job(requeued)
+            if not (job.machine_id in expired or gone):
+                self._watch_result(job)  # a waiter that failed is replaced here
+                continue
+            reason = (f"machine offline for more than {self.grace:g} s" if not gone
+                      else "machine is disabled or killed")
+            requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
+            await self._publish_job(requeued)
 
     async def cancel_requested(self) -> None:
         """Send DELETE to the engine for each job an operator asked to cancel. The result

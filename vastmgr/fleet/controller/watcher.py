@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient, EngineError
+from vastmgr.fleet.faults import FaultRecorder
 
 from .transport import EngineTransport, TransportError
 
@@ -70,34 +71,44 @@ class HostWatcher:
         self.clock = clock
         self.interval = interval
         self.on_update = on_update
+        self.faults = FaultRecorder("engine watcher")
 
     async def run(self) -> None:
         backoff = self.interval
         try:
             while True:
                 try:
-                    endpoint = await self.transport.connect()
-                except TransportError as exc:
-                    backoff = await self._down(str(exc), backoff)
-                    continue
-                client = EngineClient(endpoint.base_url, token=endpoint.token,
-                                      timeout=max(self.interval, 1.0), session=self.session)
-                self.live.client = client
-                try:
-                    await self._stream(client)
-                except EngineError as exc:
-                    # Only the stream may be broken (a proxy dropping websockets): polling
-                    # decides whether the engine itself is down.
-                    log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
-                try:
-                    await self._poll(client)
-                    backoff = self.interval
-                except EngineError as exc:
-                    # Unreachable, or refusing us (a wrong token): either way no live data.
+                    backoff = await self._watch_once(backoff)
+                except Exception as exc:  # noqa: BLE001 - e.g. a malformed snapshot: keep watching
+                    await self.faults.record(exc, self.live.machine_id)
                     await self.transport.close()
-                    backoff = await self._down(str(exc), backoff)
+                    backoff = await self._down(f"watcher error: {type(exc).__name__}: {exc}",
+                                               backoff)
         finally:
             await self.transport.close()
+
+    async def _watch_once(self, backoff: float) -> float:
+        """One connection: the stream while it works, then polling; returns the next backoff."""
+        try:
+            endpoint = await self.transport.connect()
+        except TransportError as exc:
+            return await self._down(str(exc), backoff)
+        client = EngineClient(endpoint.base_url, token=endpoint.token,
+                              timeout=max(self.interval, 1.0), session=self.session)
+        self.live.client = client
+        try:
+            await self._stream(client)
+        except EngineError as exc:
+            # Only the stream may be broken (a proxy dropping websockets): polling
+            # decides whether the engine itself is down.
+            log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+        try:
+            await self._poll(client)
+            return self.interval
+        except EngineError as exc:
+            # Unreachable, or refusing us (a wrong token): either way no live data.
+            await self.transport.close()
+            return await self._down(str(exc), backoff)
 
     async def _down(self, reason: str, backoff: float) -> float:
         self.live.lost(reason, self.clock())

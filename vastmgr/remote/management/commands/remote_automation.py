@@ -6,6 +6,7 @@ import signal
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand
 
+from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event
 from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
@@ -17,6 +18,10 @@ from vastmgr.remote.secrets import SecretUnavailable
 class Command(BaseCommand):
     help = "Reconcile provider instances and run lifecycle automation (timeouts, alerts)"
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.faults = FaultRecorder("remote automation tick")
+
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
         parser.add_argument("--once", action="store_true", help="run one tick and exit")
@@ -25,12 +30,15 @@ class Command(BaseCommand):
         asyncio.run(self.loop(interval, once))
 
     async def loop(self, interval: float, once: bool) -> None:
-        # `./dev up` stops its children with SIGINT: finish the tick in hand, then exit quietly.
+        # `./dev up` stops its children with SIGTERM: finish the tick in hand, then exit quietly.
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         while not stop.is_set():
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
+                await self.faults.record(exc)
             if once:
                 return
             try:
@@ -49,4 +57,6 @@ class Command(BaseCommand):
             except (vast.VastError, SecretUnavailable) as exc:
                 await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
                                                   level=Event.Level.ERROR)
+            except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
+                await self.faults.record(exc)
         await Automation(vast_client=client).tick()
