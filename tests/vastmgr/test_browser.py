@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,9 +66,10 @@ def stack_exited(proc: subprocess.Popen) -> Callable[[], str | None]:
     return lambda: proc.poll() is not None and f"the stack exited with {proc.returncode}"
 
 
-@pytest.fixture
-def stack(tmp_path, clean_env, param_cache):
-    """`./dev up` on free ports with its own data dir; stopped with Ctrl-C like a user would."""
+@contextmanager
+def running_stack(tmp_path: Path, clean_env: dict, param_cache: Path, *up_args: str):
+    """`./dev up` on free ports with its own data dir; stopped with Ctrl-C like a user would.
+    Yields the dashboard's base URL once the login page and the local engine answer."""
     port, engine_port = free_port(), free_port()
     env = {**clean_env, "VASTMGR_ADMIN_USER": USER, "VASTMGR_ADMIN_PASSWORD": PASSWORD,
            "CUZK_PARAM_CACHE": str(param_cache)}
@@ -75,7 +77,7 @@ def stack(tmp_path, clean_env, param_cache):
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "up", "--port", str(port),
-             "--engine-listen", f"127.0.0.1:{engine_port}"],
+             "--engine-listen", f"127.0.0.1:{engine_port}", *up_args],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", START_TIMEOUT, stack_exited(proc))
@@ -93,6 +95,12 @@ def stack(tmp_path, clean_env, param_cache):
 
 
 @pytest.fixture
+def stack(tmp_path, clean_env, param_cache):
+    with running_stack(tmp_path, clean_env, param_cache) as url:
+        yield url
+
+
+@pytest.fixture
 def page():
     from playwright.sync_api import sync_playwright
 
@@ -102,6 +110,17 @@ def page():
             yield browser.new_page(viewport={"width": 1400, "height": 900})
         finally:
             browser.close()
+
+
+def wait_until_done_and_verified(page, job_id: str) -> None:
+    """The proof page shows the job done and the dashboard's own verified badge, by pushes."""
+    page.wait_for_function(
+        """id => {
+          const s = document.getElementById(`proof-${id}-status`);
+          return s && s.textContent.trim() === "done"
+            && [...document.querySelectorAll(`#proof-${id} .badge`)]
+                 .some(b => b.textContent.trim() === "verified");
+        }""", arg=job_id, timeout=PROOF_TIMEOUT_MS, polling=200)
 
 
 def screenshot(page, name: str) -> Path:
@@ -143,13 +162,7 @@ def test_a_test_proof_started_in_the_browser_moves_through_its_partitions_and_ve
     token = page.evaluate("window.__pageToken")
 
     status = page.locator(f"#proof-{job_id}-status")
-    page.wait_for_function(
-        """id => {
-          const s = document.getElementById(`proof-${id}-status`);
-          return s && s.textContent.trim() === "done"
-            && [...document.querySelectorAll(`#proof-${id} .badge`)]
-                 .some(b => b.textContent.trim() === "verified");
-        }""", arg=job_id, timeout=PROOF_TIMEOUT_MS, polling=200)
+    wait_until_done_and_verified(page, job_id)
     screenshot(page, "proof-verified")
 
     assert status.text_content().strip() == "done"

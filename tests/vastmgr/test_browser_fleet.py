@@ -7,22 +7,17 @@ Screenshots of both pages at desktop width and at 390 px go to test-output/brows
 
 import os
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_for_http
 from tests.vastmgr import live_engine
 from tests.vastmgr.test_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     PASSWORD,
-    START_TIMEOUT,
     USER,
+    running_stack,
     screenshot,
-    stack_exited,
 )
 from vastmgr.fleet.controller.fragments import render_toast
 
@@ -46,29 +41,11 @@ PAGE_TOKEN = "window.__pageToken = window.__pageToken || Math.random().toString(
 @pytest.fixture
 def one_worker_stack(tmp_path, clean_env, param_cache):
     """`./dev up` whose local engine has a single device worker."""
-    port, engine_port = free_port(), free_port()
     config = tmp_path / "engine.toml"
     config.write_text('[gpus]\ndevices = "cpu"\ngpu_workers_per_device = 1\n'
                       f'[srs]\nparam_cache = "{param_cache}"\n')
-    env = {**clean_env, "VASTMGR_ADMIN_USER": USER, "VASTMGR_ADMIN_PASSWORD": PASSWORD,
-           "CUZK_PARAM_CACHE": str(param_cache)}
-    log_path = tmp_path / "stack.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "up", "--port", str(port),
-             "--engine-config", str(config), "--engine-listen", f"127.0.0.1:{engine_port}"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", START_TIMEOUT, stack_exited(proc))
-        wait_for_http(f"http://127.0.0.1:{engine_port}/status", START_TIMEOUT, stack_exited(proc))
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with running_stack(tmp_path, clean_env, param_cache, "--engine-config", str(config)) as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from tests.vastmgr.test_browser import (
     PROOF_TIMEOUT_MS,
     USER,
     screenshot,
+    wait_until_done_and_verified,
 )
 
 pytestmark = test_browser.pytestmark
@@ -85,13 +86,7 @@ def test_cancel_a_running_proof_then_retry_it_and_verify_the_downloaded_archive(
     page.wait_for_url(lambda url: "/proofs/" in url and job_id not in url)
     retry_id = page.url.rstrip("/").rsplit("/", 1)[1]
     assert page.locator(f"a[href='/proofs/{job_id}/']").count() == 1  # "retry of …"
-    page.wait_for_function(
-        """id => {
-          const s = document.getElementById(`proof-${id}-status`);
-          return s && s.textContent.trim() === "done"
-            && [...document.querySelectorAll(`#proof-${id} .badge`)]
-                 .some(b => b.textContent.trim() === "verified");
-        }""", arg=retry_id, timeout=PROOF_TIMEOUT_MS, polling=200)
+    wait_until_done_and_verified(page, retry_id)
     screenshot(page, "proof-desktop")
 
     with page.expect_download() as download_info:
