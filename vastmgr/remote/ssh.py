@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 KEEPALIVE_INTERVAL_S = 15
 KEEPALIVE_COUNT_MAX = 3
 CONNECT_TIMEOUT_S = 15
+# On first contact ask for the ED25519 key first: it is the fingerprint `ssh` shows users.
+HOST_KEY_PREFERENCE = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                       "ecdsa-sha2-nistp521", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
 
 
 class SSHError(RuntimeError):
@@ -103,18 +106,18 @@ async def _presented_key(target: SSHTarget) -> str:
 
 async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
     """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin."""
-    known_hosts = None
+    known_hosts, key_algs = None, HOST_KEY_PREFERENCE
     if target.pinned_key:
         try:
             pinned = asyncssh.import_public_key(target.pinned_key)
         except asyncssh.KeyImportError:
             raise HostKeyChanged(f"{target.name}: the pinned host key is unreadable; clear it "
                                  "and reconnect to pin again") from None
-        known_hosts = ([pinned], [], [])
+        known_hosts, key_algs = ([pinned], [], []), ()
     try:
         conn = await asyncio.wait_for(asyncssh.connect(
             target.host, target.port, username=target.username, client_keys=[target.client_key],
-            known_hosts=known_hosts, agent_path=None, config=None, preferred_auth="publickey",
+            known_hosts=known_hosts, server_host_key_algs=key_algs, agent_path=None, config=None, preferred_auth="publickey",
             keepalive_interval=KEEPALIVE_INTERVAL_S, keepalive_count_max=KEEPALIVE_COUNT_MAX,
         ), CONNECT_TIMEOUT_S)
     except asyncssh.HostKeyNotVerifiable:
@@ -220,6 +223,17 @@ class MachineLink:
             listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
             self._tunnels[remote_port] = listener
         return listener.get_port()
+
+    async def can_forward(self, remote_port: int) -> bool:
+        """False when the server refuses TCP forwarding (AllowTcpForwarding no); a closed
+        port on the host is fine: it only means no engine listens yet."""
+        conn = await self.connection()
+        try:
+            _reader, writer = await conn.open_connection("127.0.0.1", remote_port)
+        except asyncssh.ChannelOpenError as exc:
+            return exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED
+        writer.close()
+        return True
 
     async def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
         conn = await self.connection()

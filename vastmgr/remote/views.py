@@ -18,8 +18,10 @@ from .provision import Provisioner, ProvisionError
 from .secrets import SecretUnavailable
 from .ssh import Backoff, MachineLink, SSHError
 
-# Destroying waits this long for the engine on an SSH host to stop before giving up on it.
-ENGINE_STOP_TIMEOUT_S = 60
+# Destroying gives running proofs this long to finish before the engine is killed, and waits
+# this long in all for the host to confirm the engine is gone.
+DESTROY_GRACE_S = 10
+ENGINE_STOP_TIMEOUT_S = 90
 
 
 @staff_member_required
@@ -73,7 +75,9 @@ async def _log_tail(machine_id: int) -> str:
         await provisioner.link.close()
 
 
-ACTIONS = {"provision", "stop", "restart", "upgrade"}
+# Action name in the URL → Provisioner method.
+ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
+           "restart": "restart", "upgrade": "upgrade"}
 
 
 @staff_member_required
@@ -97,7 +101,7 @@ def machine_action(request, pk, action):
         async def run():
             provisioner = Provisioner(machine.pk)
             try:
-                await getattr(provisioner, action)()
+                await getattr(provisioner, ACTIONS[action])()
             finally:
                 await provisioner.link.close()
         background.launch(f"{action} {machine.name}", run, machine=machine)
@@ -133,7 +137,7 @@ async def _stop_remote_engine(machine_id: int) -> None:
     provisioner = Provisioner(machine_id,
                               link=MachineLink(machine_id, backoff=Backoff(attempts=2)))
     try:
-        await asyncio.wait_for(provisioner.stop(), ENGINE_STOP_TIMEOUT_S)
+        await asyncio.wait_for(provisioner.stop_engine(DESTROY_GRACE_S), ENGINE_STOP_TIMEOUT_S)
     finally:
         await provisioner.link.close()
 
