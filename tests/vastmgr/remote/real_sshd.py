@@ -72,6 +72,16 @@ def engine_site_packages(into: Path) -> Path:
     return into
 
 
+def copy_sources(into: Path) -> Path:
+    """A copy of what goes into the project's wheel, to edit as a new release would."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info")
+    for name in ("cuzk_engine", "vastmgr"):
+        shutil.copytree(REPO_ROOT / name, into / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, into / name)
+    return into
+
+
 @dataclass
 class RealSSHD:
     root: Path

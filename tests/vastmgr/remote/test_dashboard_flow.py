@@ -6,7 +6,6 @@ running as it does beside daphne."""
 
 import asyncio
 import re
-import shutil
 import threading
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import provision
 from vastmgr.remote.provision import run_on_hosts
 
-from .real_sshd import RealSSHD
+from .real_sshd import RealSSHD, copy_sources
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow,
               pytest.mark.timeout(600)]
@@ -144,12 +143,7 @@ async def request_proof(client: Client, machine: Machine, kind: str, seed: int) 
 
 def edited_sources(into: Path, version: str) -> Path:
     """A copy of the project whose engine says it is `version`: an upgrade to ship."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info", "build")
-    for name in ("cuzk_engine", "vastmgr"):
-        shutil.copytree(provision.REPO_ROOT / name, into / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(provision.REPO_ROOT / name, into / name)
-    init = into / "cuzk_engine" / "__init__.py"
+    init = copy_sources(into) / "cuzk_engine" / "__init__.py"
     init.write_text(re.sub(r'__version__ = "([^"]+)"', rf'__version__ = "\1+{version}"',
                            init.read_text()))
     return into
