@@ -40,9 +40,12 @@ Progress = Callable[[str, str], Awaitable[None]]
 
 
 class ProvisionError(RuntimeError):
-    def __init__(self, step: str, message: str):
+    """A failed step; `recorded` when an Event already says so (callers add none then)."""
+
+    def __init__(self, step: str, message: str, *, recorded: bool = False):
         super().__init__(f"{step}: {message}")
         self.step = step
+        self.recorded = recorded
 
 
 @dataclass(frozen=True)
@@ -217,10 +220,12 @@ class Provisioner:
             await self._locate()
             step = "requirements"
             await self.check_requirements()
-        except (ProvisionError, SSHError, OSError) as exc:
+        except SSHError as exc:
+            raise ProvisionError(step, str(exc), recorded=True) from None  # by the link
+        except (ProvisionError, OSError) as exc:
             message = str(exc) if isinstance(exc, ProvisionError) else f"{step}: {exc}"
             await self._fail(message)
-            raise ProvisionError(step, str(exc)) from None
+            raise ProvisionError(step, str(exc), recorded=True) from None
         machine = await self._machine()
         if machine.state != Machine.State.PROVISIONING:
             await sync_to_async(machine.transition)(Machine.State.PROVISIONING)
@@ -239,7 +244,7 @@ class Provisioner:
         except (ProvisionError, SSHError, CuzkError, OSError, aiohttp.ClientError) as exc:
             message = str(exc) if isinstance(exc, ProvisionError) else f"{step}: {exc}"
             await self._fail(message)
-            raise ProvisionError(step, str(exc)) from None
+            raise ProvisionError(step, str(exc), recorded=True) from None
         if await self.automation.benchmark_done(self.machine_id, rate):
             await sync_to_async((await self._machine()).transition)(Machine.State.RUNNING)
         return rate
@@ -360,7 +365,7 @@ class Provisioner:
             port = " and the engine port is still in use" if answer.get("port_in_use") else ""
             message = (f"the engine did not stop: still running: {left or 'nothing'}{port}")
             await self._event(message, Event.Level.ERROR, **answer)
-            raise ProvisionError("stop", message)
+            raise ProvisionError("stop", message, recorded=True)
         if answer.get("pid") is not None:
             await self._event("engine stopped" + (" (killed after the drain bound)"
                                                   if answer.get("escalated") else ""),

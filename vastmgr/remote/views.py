@@ -1,7 +1,7 @@
 import asyncio
 
 import asyncssh
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
@@ -102,6 +102,13 @@ def machine_action(request, pk, action):
             provisioner = Provisioner(machine.pk)
             try:
                 await getattr(provisioner, ACTIONS[action])()
+            except ProvisionError as exc:
+                if not exc.recorded:
+                    await sync_to_async(Event.record)(
+                        "remote", f"{machine.name}: {action} failed at {exc}", machine=machine,
+                        level=Event.Level.ERROR)
+            except SSHError:
+                pass  # the link recorded it as an Event
             finally:
                 await provisioner.link.close()
         background.launch(f"{action} {machine.name}", run, machine=machine)

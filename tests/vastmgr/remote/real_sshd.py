@@ -186,6 +186,13 @@ class RealSSHD:
                 found.append(f"{entry} {command.decode(errors='replace')[:150]}")
         return found
 
+    def drop_sessions(self) -> None:
+        """Cut every SSH connection of the user, as a network outage would."""
+        for process in self.user_processes():
+            if process.split(" ", 1)[1].startswith("sshd:"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(process.split()[0]), signal.SIGKILL)
+
     def remove_user(self) -> None:
         for _ in range(3):
             for process in self.user_processes():

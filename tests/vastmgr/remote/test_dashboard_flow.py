@@ -7,6 +7,7 @@ running as it does beside daphne."""
 import asyncio
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.vastmgr.live_engine import running_controller, wait_until
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import provision
+from vastmgr.remote.models import RemoteHost
 from vastmgr.remote.provision import run_on_hosts
 
 from .real_sshd import RealSSHD, copy_sources
@@ -246,6 +248,30 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         assert "dependencies unchanged" in log
         assert engine_pid(host) != third_pid
 
+        # An outage: sshd down and every connection cut. One error Event for it however many
+        # retries, one Event when it is back, and the host live again within about 2 s.
+        await wait_until(shown_live(machine), timeout=60)
+        mark = await last_event_id()
+        host.stop()
+        host.drop_sessions()
+        await event_appears(machine, "cannot connect", after_event=mark, timeout=30)
+        await wait_until(database_sync_to_async(lambda: HostStatus.objects.filter(
+            machine=machine, connected=False).exists()), timeout=30)
+        await asyncio.sleep(5)  # several retries fail meanwhile
+        host.start()
+        back = time.monotonic()
+        await wait_until(shown_live(machine), timeout=30, every=0.05)
+        reconnect_s = time.monotonic() - back
+        print(f"reconnect after the host was back: {reconnect_s:.2f} s")
+        assert reconnect_s < 3.5
+        outage = await database_sync_to_async(lambda: list(Event.objects.filter(
+            machine=machine, id__gt=mark, kind="ssh").order_by("id").values_list(
+                "level", "message")))()
+        assert [level for level, _ in outage] == ["error", "info"], outage
+        assert "back after" in outage[1][1]
+        remote = await database_sync_to_async(RemoteHost.objects.get)(machine=machine)
+        assert remote.last_error == ""
+
         # The host is reinstalled behind our back: another host key on the same address.
         # Provision is refused with an Event, and the running machine stays `running`.
         host.stop()
@@ -256,6 +282,9 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         refused = await event_appears(machine, "host key changed", after_event=mark,
                                       level=Event.Level.ERROR)
         assert "Connection refused" in refused.message
+        errors = await database_sync_to_async(lambda: Event.objects.filter(
+            id__gt=mark, level=Event.Level.ERROR).count())()
+        assert errors == 1, "one refusal, one Event"
         for thread in threading.enumerate():
             if thread.name.endswith(HOST_NAME):
                 await asyncio.to_thread(thread.join, 30)

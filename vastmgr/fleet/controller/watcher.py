@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 
 # After the stream fails, poll this many times before trying the stream again.
 POLLS_BEFORE_STREAM_RETRY = 5
-MAX_BACKOFF = 10.0
+# Retries of a host that is down: a connect attempt costs one TCP handshake, and an engine
+# that comes back must be shown live within about two seconds.
+MAX_BACKOFF = 2.0
 
 
 @dataclass
@@ -73,10 +75,11 @@ class HostWatcher:
         backoff = self.interval
         try:
             while True:
+                seen = self.live.last_seen
                 try:
                     endpoint = await self.transport.connect()
                 except TransportError as exc:
-                    backoff = await self._down(str(exc), backoff)
+                    backoff = await self._down(str(exc), backoff, seen)
                     continue
                 client = EngineClient(endpoint.base_url, token=endpoint.token,
                                       timeout=max(self.interval, 1.0), session=self.session)
@@ -93,11 +96,13 @@ class HostWatcher:
                 except EngineError as exc:
                     # Unreachable, or refusing us (a wrong token): either way no live data.
                     await self.transport.close()
-                    backoff = await self._down(str(exc), backoff)
+                    backoff = await self._down(str(exc), backoff, seen)
         finally:
             await self.transport.close()
 
-    async def _down(self, reason: str, backoff: float) -> float:
+    async def _down(self, reason: str, backoff: float, seen_before: float | None) -> float:
+        if self.live.last_seen != seen_before:
+            backoff = self.interval  # this connection worked: start the backoff over
         self.live.lost(reason, self.clock())
         self.on_update()
         await asyncio.sleep(backoff)
