@@ -31,7 +31,7 @@ from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
 
 from .conf import RemoteSettings
-from .lifecycle import Automation
+from .lifecycle import REVIVE_EVENT, Automation
 from .models import RemoteHost
 from .ssh import LinkPool, MachineLink, SSHError
 
@@ -155,9 +155,10 @@ class Provisioner:
     async def _machine(self) -> Machine:
         return await Machine.objects.aget(pk=self.machine_id)
 
-    async def _event(self, message: str, level=Event.Level.INFO, **data) -> None:
+    async def _event(self, message: str, level=Event.Level.INFO, *, kind: str = "provision",
+                     **data) -> None:
         machine = await self._machine()
-        await sync_to_async(Event.record)("provision", f"{machine.name}: {message}",
+        await sync_to_async(Event.record)(kind, f"{machine.name}: {message}",
                                           machine=machine, level=level, data=data)
 
     async def _say(self, step: str, line: str) -> None:
@@ -377,6 +378,24 @@ class Provisioner:
         machine = await self._machine()
         if machine.state == Machine.State.RUNNING:
             await sync_to_async(machine.transition)(Machine.State.STOPPED)
+
+    async def revive(self, attempt: int, of: int) -> bool:
+        """Restart the engine if it died on a reachable host (not if it merely answers slowly):
+        True when it was dead, restarted and healthy. Each try is an Event."""
+        await self._locate()
+        state = await self._hostctl("revive", "status")
+        if state.get("alive") or state.get("pid") is None:
+            return False
+        await self._event(f"the engine (pid {state['pid']}) is not running: restarting it "
+                          f"(try {attempt} of {of})", Event.Level.WARNING, kind=REVIVE_EVENT)
+        try:
+            await self.start()
+            await self.wait_healthy()
+        except (ProvisionError, SSHError, OSError) as exc:
+            last = " (last try: restart it by hand)" if attempt >= of else ""
+            await self._event(f"restarting the engine failed: {exc}{last}", Event.Level.ERROR)
+            return False
+        return True
 
     async def start_engine(self) -> None:
         """The Start action, from `stopped`: the engine runs again and the machine is running."""

@@ -5,8 +5,9 @@ destroy. Every step goes through the views a staff user posts to, with a fleet c
 running as it does beside daphne."""
 
 import asyncio
+import os
 import re
-import threading
+import signal
 import time
 from pathlib import Path
 
@@ -14,14 +15,16 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from tests.conftest import free_port
 from tests.vastmgr.live_engine import running_controller, wait_until
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote import provision
+from vastmgr.remote import background, provision
+from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import RemoteHost
-from vastmgr.remote.provision import run_on_hosts
+from vastmgr.remote.ssh import LinkPool
 
 from .real_sshd import RealSSHD, copy_sources
 
@@ -47,9 +50,7 @@ def host(sshd_host, monkeypatch):
     monkeypatch.setenv("VASTMGR_BENCH_PROFILE", "tiny")
     monkeypatch.setenv("VASTMGR_BENCH_PROOFS", "1")
     yield sshd_host
-    for thread in threading.enumerate():  # no background action left writing
-        if thread.name.endswith(HOST_NAME):
-            thread.join(60)
+    background.wait_idle(60)  # no background action left writing
 
 
 def engine_processes(server: RealSSHD) -> list[str]:
@@ -195,16 +196,18 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
             assert job.status == ProofJob.Status.DONE, (job.kind, job.error)
             assert job.verified is True and job.machine_id == machine.pk
 
-        # The engine's log, and a command on the host.
-        tail = (await get(client, f"/remote/machines/{machine.pk}/log/")).content.decode()
-        assert "engine listening on" in tail, tail
-        lines = []
-
-        async def on_line(machine_id, line):
-            lines.append(line)
-        statuses = await run_on_hosts([machine.pk], "echo $0 $(whoami)", user="ops",
-                                      on_line=on_line)
-        assert statuses == {machine.pk: 0} and lines == [f"bash {host.user}"]
+        # The engine's log, polled over one pooled connection (no new login per poll), and a
+        # command on the host from the command page.
+        logins = host.log().count("Accepted publickey")
+        for _ in range(3):
+            tail = (await get(client, f"/remote/machines/{machine.pk}/log/")).content.decode()
+            assert "engine listening on" in tail, tail
+        page = (await post(client, "/remote/hosts/command/", {
+            "machines": [machine.pk], "command": "echo $0 $(whoami)", "timeout": 30,
+        })).content.decode()
+        result = page.split(f'id="command-{machine.pk}"')[1]
+        assert "exit status 0" in result and f"bash {host.user}" in result
+        assert host.log().count("Accepted publickey") <= logins + 1
 
         # Stop: the engine and its synthesis pool are gone, and the machine says `stopped`.
         mark = await last_event_id()
@@ -248,6 +251,24 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         assert "dependencies unchanged" in log
         assert engine_pid(host) != third_pid
 
+        # The engine crashes (its whole process group killed): the automation, which finds the
+        # host reachable and the engine dead, restarts it, and says so.
+        crashed = engine_pid(host)
+        os.killpg(crashed, signal.SIGKILL)
+        await wait_until(database_sync_to_async(lambda: HostStatus.objects.filter(
+            machine=machine, connected=False).exists()), timeout=30)
+        mark = await last_event_id()
+        links = LinkPool()
+        try:
+            await Automation(links=links).revive_crashed(timezone.now())
+        finally:
+            await links.close()
+        log = await event_log(machine)
+        assert f"the engine (pid {crashed}) is not running: restarting it (try 1 of 3)" in log
+        await event_appears(machine, "engine is healthy", after_event=mark)
+        assert engine_pid(host) != crashed
+        await wait_until(shown_live(machine), timeout=60)
+
         # An outage: sshd down and every connection cut. One error Event for it however many
         # retries, one Event when it is back, and the host live again within about 2 s.
         await wait_until(shown_live(machine), timeout=60)
@@ -275,6 +296,7 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         # The host is reinstalled behind our back: another host key on the same address.
         # Provision is refused with an Event, and the running machine stays `running`.
         host.stop()
+        host.drop_sessions()
         host.new_host_keys()
         host.start()
         mark = await last_event_id()
@@ -285,9 +307,7 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         errors = await database_sync_to_async(lambda: Event.objects.filter(
             id__gt=mark, level=Event.Level.ERROR).count())()
         assert errors == 1, "one refusal, one Event"
-        for thread in threading.enumerate():
-            if thread.name.endswith(HOST_NAME):
-                await asyncio.to_thread(thread.join, 30)
+        await asyncio.to_thread(background.wait_idle, 30)
         assert (await machine_row()).state == Machine.State.RUNNING
 
         # The operator trusts the new key; destroy stops the engine: nothing left running.

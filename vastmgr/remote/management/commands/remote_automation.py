@@ -11,6 +11,7 @@ from vastmgr.remote import vast
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import Secret
 from vastmgr.remote.secrets import SecretUnavailable
+from vastmgr.remote.ssh import Backoff, LinkPool
 
 
 class Command(BaseCommand):
@@ -28,6 +29,7 @@ class Command(BaseCommand):
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+        links = LinkPool(backoff=Backoff(attempts=1))  # one SSH connection per host, kept
         while not stop.is_set():
             client = None
             if await sync_to_async(Secret.is_set)(Secret.VAST_API_KEY):
@@ -37,7 +39,7 @@ class Command(BaseCommand):
                 except (vast.VastError, SecretUnavailable) as exc:
                     await sync_to_async(Event.record)("vast", f"reconcile failed: {exc}",
                                                       level=Event.Level.ERROR)
-            await Automation(vast_client=client).tick()
+            await Automation(vast_client=client, links=links).tick()
             if once:
                 return
             try:
