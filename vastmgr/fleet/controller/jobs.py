@@ -65,7 +65,8 @@ def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
         return None
     machine = job.machine
     job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
-    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}",
+    waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
+    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
                  machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
     return job
 
