@@ -2,9 +2,12 @@
 rebuilt when the sources change, the engine free of dashboard dependencies, a command on many
 hosts. The whole provisioning flow is in test_dashboard_flow.py."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -111,3 +114,53 @@ async def test_a_command_runs_on_many_hosts_with_streamed_output_and_an_audit_ev
     audit = await Event.objects.filter(kind="command").aget()
     assert "ops ran 'echo up; uname -s' on 2 host(s)" in audit.message
     assert audit.level == Event.Level.WARNING
+
+
+HOSTCTL = Path(provision.__file__).with_name("hostctl.py")
+
+
+def hostctl(command: str, base: Path, port: int, *options: str) -> tuple[int, dict]:
+    result = subprocess.run([sys.executable, str(HOSTCTL), command, "--base", str(base),
+                             "--port", str(port), *options],
+                            check=False, capture_output=True, text=True, timeout=60)
+    return result.returncode, json.loads(result.stdout)
+
+
+@pytest.fixture
+def stubborn_engine(tmp_path):
+    """An install whose 'engine' ignores SIGTERM, with a child that ignores it too."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/bash\ntrap '' TERM\nsleep 600 &\nsleep 600\n")
+    python.chmod(0o755)
+    return tmp_path
+
+
+def test_stop_kills_what_outlives_the_drain_bound_and_checks_nothing_is_left(stubborn_engine):
+    port = free_port()
+    status, started = hostctl("start", stubborn_engine, port, "--instance", "i1")
+    assert status == 0 and started["started"]
+    pid = started["pid"]
+    assert int((stubborn_engine / "engine.pid").read_text()) == pid
+    assert hostctl("status", stubborn_engine, port)[1]["alive"]
+
+    status, stopped = hostctl("stop", stubborn_engine, port, "--grace", "1")
+
+    assert status == 0, stopped
+    assert stopped == {"stopped": True, "pid": pid, "escalated": True, "remaining": [],
+                       "port_in_use": False}
+    assert not (stubborn_engine / "engine.pid").exists()
+    assert hostctl("status", stubborn_engine, port)[1] == {
+        "pid": None, "alive": False, "port_in_use": False}
+
+
+def test_a_port_held_by_something_else_blocks_start_and_is_reported_by_stop(stubborn_engine):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        status, started = hostctl("start", stubborn_engine, port, "--instance", "i2")
+        assert status == 1 and started == {
+            "started": False, "error": f"port {port} is still in use on the host"}
+        status, stopped = hostctl("stop", stubborn_engine, port, "--grace", "1")
+        assert status == 1 and stopped["stopped"] is False and stopped["port_in_use"] is True
