@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -28,8 +29,28 @@ SSHD = Path("/usr/sbin/sshd")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+def _others_can_reach(path: Path) -> bool:
+    """Whether another user can traverse to `path` (every parent directory is o+x)."""
+    return all(parent.stat().st_mode & 0o001 for parent in path.resolve().parents)
+
+
+def host_python() -> str | None:
+    """A Python of this interpreter's version that the throwaway user can run (the engine's
+    compiled dependencies are linked from ours, so the minor version must match)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (Path(f"/usr/bin/python{version}"),
+                      Path(getattr(sys, "_base_executable", sys.executable)).resolve()):
+        if candidate.exists() and _others_can_reach(candidate) and \
+                candidate.stat().st_mode & 0o001:
+            return str(candidate)
+    return None
+
+
 def unavailable_reason() -> str:
     """Why the real-sshd tests cannot run here, or '' when they can."""
+    if host_python() is None:
+        return (f"no Python {sys.version_info.major}.{sys.version_info.minor} that another "
+                "user can run (Debian: apt-get install python3 python3-venv)")
     if not SSHD.exists():
         return f"{SSHD} is missing (Debian: apt-get install openssh-server)"
     if os.geteuid() != 0:
@@ -65,10 +86,16 @@ def engine_site_packages(into: Path) -> Path:
                 pending.append(requirement.name)
         root = Path(dist.locate_file(""))
         for top in {Path(str(f)).parts[0] for f in dist.files or []}:
-            source, link = root / top, into / top
-            if source.exists() and not link.exists() and top != ".." and \
-                    not top.endswith(".pth"):
-                link.symlink_to(source)
+            source, target = root / top, into / top
+            if not source.exists() or target.exists() or top in {"..", "__pycache__"} \
+                    or top.endswith(".pth"):
+                continue
+            if _others_can_reach(source):
+                target.symlink_to(source)
+            elif source.is_dir():  # a venv under /root, say: the host user needs a copy
+                shutil.copytree(source, target)
+            else:
+                shutil.copy(source, target)
     return into
 
 

@@ -26,7 +26,7 @@ from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import RemoteHost
 from vastmgr.remote.ssh import LinkPool
 
-from .real_sshd import RealSSHD, copy_sources
+from .real_sshd import RealSSHD, copy_sources, host_python
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow,
               pytest.mark.timeout(600)]
@@ -41,9 +41,9 @@ KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
 def host(sshd_host, monkeypatch):
     """The host has no network: the engine's dependencies are on its PYTHONPATH (set by sshd,
     see real_sshd.py) and pip installs our wheel alone, as an operator asks for any offline
-    host with VASTMGR_PROVISION_PIP_ARGS. Its Python is Debian's /usr/bin/python3."""
+    host with VASTMGR_PROVISION_PIP_ARGS. Its Python is Debian's (VASTMGR_REMOTE_PYTHON)."""
     monkeypatch.setenv("VASTMGR_PROVISION_PIP_ARGS", "--no-index")
-    monkeypatch.setenv("VASTMGR_REMOTE_PYTHON", "/usr/bin/python3")
+    monkeypatch.setenv("VASTMGR_REMOTE_PYTHON", host_python())
     # One tiny proof on a shared CI core: the gate here is that a verified rate is recorded.
     monkeypatch.setenv("VASTMGR_MIN_BENCH_RATE", "0.01")
     monkeypatch.setenv("VASTMGR_BENCH_KIND", "winning-post")
