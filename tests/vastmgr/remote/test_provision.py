@@ -13,8 +13,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.conftest import free_port
+from vastmgr.config import ConfigError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote import provision
+from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.models import RemoteHost, Secret
 from vastmgr.remote.provision import (
     Provisioner,
@@ -164,3 +166,17 @@ def test_a_port_held_by_something_else_blocks_start_and_is_reported_by_stop(stub
             "started": False, "error": f"port {port} is still in use on the host"}
         status, stopped = hostctl("stop", stubborn_engine, port, "--grace", "1")
         assert status == 1 and stopped["stopped"] is False and stopped["port_in_use"] is True
+
+
+def test_the_benchmark_is_configurable_and_a_bad_kind_stops_start_up(monkeypatch):
+    plan = ProvisionPlan.from_settings(RemoteSettings.load())
+    assert (plan.bench_kind, plan.bench_profile, plan.bench_proofs) == ("porep-c2", "small", 2)
+    assert ("porep-c2", "small") in plan.param_sets, "its parameters are set up too"
+    monkeypatch.setenv("VASTMGR_BENCH_KIND", "window-post")
+    monkeypatch.setenv("VASTMGR_BENCH_PROFILE", "tiny")
+    monkeypatch.setenv("VASTMGR_BENCH_PROOFS", "5")
+    plan = ProvisionPlan.from_settings(RemoteSettings.load())
+    assert (plan.bench_kind, plan.bench_profile, plan.bench_proofs) == ("window-post", "tiny", 5)
+    monkeypatch.setenv("VASTMGR_BENCH_KIND", "fast-post")
+    with pytest.raises(ConfigError, match="VASTMGR_BENCH_KIND='fast-post' is not one of"):
+        RemoteSettings.load()
