@@ -12,8 +12,10 @@ import hmac
 import json
 import logging
 import math
+import os
 import re
 import time
+import uuid
 
 from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -35,6 +37,9 @@ ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
 MAX_WAIT_SECONDS = 300.0
 MAX_JSON_DEPTH = 8
+# Who this engine process is: whoever started it may choose the id (CUZK_INSTANCE_ID), so a
+# health check can tell the engine it just started from an old one still holding the port.
+INSTANCE_ID = os.environ.get("CUZK_INSTANCE_ID") or uuid.uuid4().hex
 _SUBMIT_FIELDS = {"request_id", "kind", "profile", "seed", "priority"}
 _STATUS_FOR = (
     (InvalidRequest, 400),
@@ -91,7 +96,8 @@ async def get_status(request: web.Request) -> web.Response:
 
 
 async def get_info(request: web.Request) -> web.Response:
-    return web.json_response(request.app[ENGINE_KEY].info())
+    return web.json_response({**request.app[ENGINE_KEY].info(), "instance_id": INSTANCE_ID,
+                              "pid": os.getpid()})
 
 
 async def post_proof(request: web.Request) -> web.Response:

@@ -209,3 +209,21 @@ def test_only_a_requested_cancel_ends_a_job(cancelled_by, outcome):
         assert job.engine_job_id == ""
     else:
         assert requeued is None
+
+
+def test_a_requeued_proof_keeps_the_machine_its_user_chose_and_only_that_one():
+    from vastmgr.fleet.controller import jobs
+
+    chosen = Machine.objects.create(name="chosen", host="h")
+    pinned = ProofJob.objects.create(machine=chosen, pinned=True, kind="winning-post", seed=1)
+    anywhere = ProofJob.objects.create(kind="winning-post", seed=2)
+    for job in (pinned, anywhere):
+        jobs.mark_dispatched(job.pk, chosen.pk, "engine-job")
+        jobs.requeue(job.pk, chosen.pk, "machine offline for more than 30 s")
+    pinned.refresh_from_db()
+    anywhere.refresh_from_db()
+    assert pinned.status == anywhere.status == ProofJob.Status.QUEUED
+    assert pinned.machine_id == chosen.pk, "waits for the machine the user chose"
+    assert anywhere.machine_id is None, "any machine may take it"
+    said = Event.objects.filter(kind="proof", message__contains=str(pinned.pk)).get().message
+    assert "it waits for chosen, the machine its user chose" in said

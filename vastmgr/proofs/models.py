@@ -61,6 +61,9 @@ class ProofJob(models.Model):
     machine = models.ForeignKey(
         "fleet.Machine", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
+    pinned = models.BooleanField(
+        default=False, help_text="The user chose the machine: a re-queued job waits for it"
+    )
     kind = models.CharField(max_length=20, choices=Kind.choices)
     profile = models.CharField(max_length=10, choices=Profile.choices, default=Profile.TINY)
     seed = models.PositiveBigIntegerField(validators=[MaxValueValidator(MAX_SEED)])
@@ -115,7 +118,7 @@ class ProofJob(models.Model):
         if target in self.FINAL:
             fields.setdefault("finished_at", now)
         if target == self.Status.QUEUED:
-            fields.setdefault("machine", None)
+            fields.setdefault("machine", self.machine if self.pinned else None)
             fields.setdefault("started_at", None)
         for name, value in fields.items():
             setattr(self, name, value)

@@ -177,7 +177,8 @@ def create_jobs(form: TestProofForm, user) -> tuple[list[ProofJob], str | None]:
     machine = data["machine"]
     priority = data["priority"] or DEFAULT_PRIORITIES.get(data["kind"], "normal")
     with transaction.atomic():
-        jobs = [ProofJob.objects.create(machine=machine, kind=data["kind"], profile=data["profile"],
+        jobs = [ProofJob.objects.create(machine=machine, pinned=machine is not None,
+                                        kind=data["kind"], profile=data["profile"],
                                         seed=seed, priority=priority, requested_by=user)
                 for seed in form.seeds()]
     reason = unavailable_reason(machine)

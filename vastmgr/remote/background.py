@@ -1,28 +1,74 @@
-"""Run a long SSH or provider action off the request thread (embedded mode has no worker).
+"""The dashboard process's one SSH event loop: long actions run off the request thread, and the
+log view and actions share one pooled SSH connection per machine (asyncssh connections belong
+to the loop that opened them, so they all live on this one).
 
 Progress and results reach the page through Events, which the machine page polls.
 """
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 
-from django.db import connections
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
 from vastmgr.fleet.models import Event
 
+from .ssh import Backoff, LinkPool
+
 log = logging.getLogger(__name__)
 
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_in_flight: set[concurrent.futures.Future] = set()
+# A page or an action waits for at most two connect attempts before it reports the host down.
+pool = LinkPool(backoff=Backoff(attempts=2))
 
-def launch(label: str, coroutine_factory, machine=None) -> None:
-    def target():
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="remote-ssh-loop",
+                             daemon=True).start()
+        return _loop
+
+
+async def _own_db_thread(coroutine_factory):
+    # The ORM's sync_to_async calls of this coroutine get their own thread, not the process's
+    # one shared executor, which may be busy with the request waiting for this very coroutine.
+    async with ThreadSensitiveContext():
+        return await coroutine_factory()
+
+
+def run(coroutine_factory, timeout: float):
+    """Run a coroutine on the SSH loop and wait for its result (from a request thread)."""
+    future = asyncio.run_coroutine_threadsafe(_own_db_thread(coroutine_factory),
+                                              _running_loop())
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        raise TimeoutError(f"no answer within {timeout:g} s") from None
+
+
+def launch(label: str, coroutine_factory, machine=None) -> concurrent.futures.Future:
+    """Start a long action on the SSH loop and return at once."""
+    async def guarded():
         try:
-            asyncio.run(coroutine_factory())
-        except Exception as exc:  # the thread's last resort: record, never lose the failure
+            await coroutine_factory()
+        except Exception as exc:  # the action's last resort: record, never lose the failure
             log.exception("%s failed", label)
-            Event.record("remote", f"{label} failed: {exc}", machine=machine,
-                         level=Event.Level.ERROR)
-        finally:
-            connections.close_all()
+            await sync_to_async(Event.record)("remote", f"{label} failed: {exc}",
+                                              machine=machine, level=Event.Level.ERROR)
 
-    threading.Thread(target=target, name=label, daemon=True).start()
+    future = asyncio.run_coroutine_threadsafe(_own_db_thread(guarded), _running_loop())
+    _in_flight.add(future)
+    future.add_done_callback(_in_flight.discard)
+    return future
+
+
+def wait_idle(timeout: float) -> None:
+    """Wait for every launched action to finish (tests, shutdown)."""
+    concurrent.futures.wait(list(_in_flight), timeout)

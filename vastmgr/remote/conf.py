@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from cuzk_engine.circuits import KINDS, PROFILES
 from vastmgr.config import ConfigError
 
 DEFAULT_VAST_URL = "https://console.vast.ai"
@@ -36,6 +37,13 @@ def _env_float(name: str, default: float | None) -> float | None:
     return value
 
 
+def _env_choice(name: str, default: str, choices) -> str:
+    value = os.environ.get(name, "").strip() or default
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
+
+
 def _env_args(name: str) -> tuple[str, ...]:
     raw = os.environ.get(name, "")
     try:
@@ -58,6 +66,14 @@ class RemoteSettings:
     # Extra `pip install` arguments for provisioning: a private index, or an offline host's
     # `--no-index --find-links DIR`.
     provision_pip_args: tuple[str, ...] = ()
+    # The interpreter on hosts that builds the engine's venv (Python >= 3.11 with venv).
+    remote_python: str = "python3"
+    # The benchmark that gates a new host: `bench_proofs` verified proofs of this kind and
+    # profile, in proofs per hour against min_bench_rate. porep-c2 is the heaviest kind, so a
+    # slow host shows as one.
+    bench_kind: str = "porep-c2"
+    bench_profile: str = "small"
+    bench_proofs: int = 2
 
     @classmethod
     def load(cls) -> "RemoteSettings":
@@ -83,4 +99,8 @@ class RemoteSettings:
             offline_alert_min=_env_float("VASTMGR_OFFLINE_ALERT_MIN", 5.0),
             vast_down_grace_min=_env_float("VASTMGR_VAST_DOWN_GRACE_MIN", 10.0),
             provision_pip_args=_env_args("VASTMGR_PROVISION_PIP_ARGS"),
+            remote_python=os.environ.get("VASTMGR_REMOTE_PYTHON", "").strip() or "python3",
+            bench_kind=_env_choice("VASTMGR_BENCH_KIND", "porep-c2", KINDS),
+            bench_profile=_env_choice("VASTMGR_BENCH_PROFILE", "small", PROFILES),
+            bench_proofs=max(1, int(_env_float("VASTMGR_BENCH_PROOFS", 2))),
         )

@@ -95,6 +95,9 @@ class OfferSearchForm(forms.Form):
 
 
 class CommandForm(forms.Form):
-    command = forms.CharField(max_length=1000)
     machines = forms.ModelMultipleChoiceField(
-        queryset=Machine.objects.filter(provider__in=("ssh", "vast")).exclude(state="killed"))
+        queryset=Machine.objects.filter(provider__in=("ssh", "vast")).exclude(state="killed"),
+        widget=forms.CheckboxSelectMultiple)
+    command = forms.CharField(max_length=1000, help_text="run by the login shell of each host")
+    timeout = forms.IntegerField(min_value=1, max_value=600, initial=60,
+                                 help_text="seconds; a command still running then is stopped")

@@ -15,8 +15,13 @@ from vastmgr.proofs.models import ProofJob
 from . import alerts, vast
 from .conf import RemoteSettings
 from .models import BadHost, HostPerf, RemoteHost
+from .ssh import LinkPool, SSHError
 
 MANAGED = (Machine.Provider.SSH, Machine.Provider.VAST)
+# A crashed engine is restarted at most this many times per window; then an operator acts.
+REVIVE_TRIES = 3
+REVIVE_WINDOW = timedelta(hours=1)
+REVIVE_EVENT = "engine_revive"
 ACTIVE_JOBS = (ProofJob.Status.DISPATCHED, ProofJob.Status.RUNNING)
 
 
@@ -112,6 +117,22 @@ def offline(settings: RemoteSettings, now: datetime) -> list[alerts.Alert]:
     return found
 
 
+def engines_to_revive(now: datetime) -> list[tuple[int, int]]:
+    """Running machines whose engine the controller cannot reach while SSH works, with the
+    number of restarts tried in the window. SSH failures are left out: their messages start
+    with the machine's name (see ssh.py), and restarting cannot fix them."""
+    found = []
+    for machine in Machine.objects.filter(provider__in=MANAGED, state=Machine.State.RUNNING,
+                                          enabled=True, live__connected=False):
+        if machine.live.error.startswith(f"{machine.name}: "):
+            continue
+        tries = Event.objects.filter(machine=machine, kind=REVIVE_EVENT,
+                                     time__gte=now - REVIVE_WINDOW).count()
+        if tries < REVIVE_TRIES:
+            found.append((machine.pk, tries))
+    return found
+
+
 def failed_jobs(since: datetime, until: datetime) -> list[alerts.Alert]:
     jobs = ProofJob.objects.filter(status=ProofJob.Status.FAILED, finished_at__gt=since,
                                    finished_at__lte=until).select_related("machine")
@@ -147,10 +168,11 @@ class Automation:
 
     def __init__(self, settings: RemoteSettings | None = None, *,
                  now: Callable[[], datetime] = timezone.now,
-                 vast_client: vast.VastClient | None = None):
+                 vast_client: vast.VastClient | None = None, links: LinkPool | None = None):
         self.settings = settings or RemoteSettings.load()
         self.now = now
         self.vast_client = vast_client
+        self.links = links
         self._jobs_checked_until = now()
 
     async def tick(self) -> None:
@@ -165,6 +187,19 @@ class Automation:
         self._jobs_checked_until = now
         for alert in found:
             await alerts.send(alert, self.settings.alert_webhook_url)
+        if self.links is not None:
+            await self.revive_crashed(now)
+
+    async def revive_crashed(self, now: datetime) -> None:
+        """Restart engines that died on reachable hosts (bounded tries, each an Event)."""
+        from .provision import Provisioner
+
+        for machine_id, tries in await sync_to_async(engines_to_revive)(now):
+            try:
+                await Provisioner(machine_id, link=self.links.get(machine_id),
+                                  automation=self).revive(tries + 1, REVIVE_TRIES)
+            except SSHError:
+                pass  # the link recorded it; nothing to restart on a host we cannot reach
 
     async def benchmark_done(self, machine_id: int, rate: float) -> bool:
         """Apply the benchmark gate; True when the machine passed."""

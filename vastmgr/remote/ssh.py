@@ -9,6 +9,7 @@ listens on the host's loopback only; `MachineLink.tunnel()` forwards a local por
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 KEEPALIVE_INTERVAL_S = 15
 KEEPALIVE_COUNT_MAX = 3
 CONNECT_TIMEOUT_S = 15
+# On first contact ask for the ED25519 key first: it is the fingerprint `ssh` shows users.
+HOST_KEY_PREFERENCE = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                       "ecdsa-sha2-nistp521", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
 
 
 class SSHError(RuntimeError):
@@ -88,11 +92,21 @@ def _pin(machine_id: int, public_key: str) -> None:
                         f"({fingerprint(public_key)})", machine=machine)
 
 
-def _record_failure(machine_id: int, message: str, kind: str = "ssh") -> None:
+def _record_failure(machine_id: int, message: str, kind: str) -> None:
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is not None:
         RemoteHost.objects.filter(machine=machine).update(last_error=message)
     Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
+
+
+def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if machine is None:
+        return
+    RemoteHost.objects.filter(machine=machine).update(last_error="")
+    Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
+                        f"attempt(s) over {seconds:.0f} s", machine=machine,
+                 data={"attempts": attempts, "seconds": round(seconds, 1)})
 
 
 async def _presented_key(target: SSHTarget) -> str:
@@ -102,19 +116,20 @@ async def _presented_key(target: SSHTarget) -> str:
 
 
 async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
-    """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin."""
-    known_hosts = None
+    """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin.
+    Failures are raised, not recorded: MachineLink records one Event per outage."""
+    known_hosts, key_algs = None, HOST_KEY_PREFERENCE
     if target.pinned_key:
         try:
             pinned = asyncssh.import_public_key(target.pinned_key)
         except asyncssh.KeyImportError:
             raise HostKeyChanged(f"{target.name}: the pinned host key is unreadable; clear it "
                                  "and reconnect to pin again") from None
-        known_hosts = ([pinned], [], [])
+        known_hosts, key_algs = ([pinned], [], []), ()
     try:
         conn = await asyncio.wait_for(asyncssh.connect(
             target.host, target.port, username=target.username, client_keys=[target.client_key],
-            known_hosts=known_hosts, agent_path=None, config=None, preferred_auth="publickey",
+            known_hosts=known_hosts, server_host_key_algs=key_algs, agent_path=None, config=None, preferred_auth="publickey",
             keepalive_interval=KEEPALIVE_INTERVAL_S, keepalive_count_max=KEEPALIVE_COUNT_MAX,
         ), CONNECT_TIMEOUT_S)
     except asyncssh.HostKeyNotVerifiable:
@@ -125,17 +140,14 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
         message = (f"{target.name}: host key changed at {target.address}: pinned "
                    f"{fingerprint(target.pinned_key)}, presented {presented}. Connection "
                    "refused; clear the pinned key only if the host was really reinstalled")
-        await sync_to_async(_record_failure)(target.machine_id, message, "ssh_host_key")
         raise HostKeyChanged(message) from None
     except asyncssh.PermissionDenied:
         message = f"{target.name}: SSH authentication failed for {target.address} (key rejected)"
-        await sync_to_async(_record_failure)(target.machine_id, message)
         raise SSHAuthFailed(message) from None
     except (TimeoutError, OSError, asyncssh.Error) as exc:
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or \
             type(exc).__name__
         message = f"{target.name}: cannot connect to {target.address}: {reason}"
-        await sync_to_async(_record_failure)(target.machine_id, message)
         raise SSHError(message) from None
     if not target.pinned_key:
         host_key = conn.get_server_host_key()
@@ -175,6 +187,9 @@ class MachineLink:
     """The one SSH connection to one machine: reconnects with backoff, carries tunnels and commands.
 
     Authentication failures and host-key changes are not retried: trying again cannot fix them.
+    An outage is one error Event (its first failure, or a different failure later) and one
+    Event when the connection is back, with the number of failed attempts; the machine's
+    last_error is cleared then.
     """
 
     def __init__(self, machine_id: int, *, backoff: Backoff | None = None,
@@ -185,6 +200,7 @@ class MachineLink:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._tunnels: dict[int, asyncssh.SSHListener] = {}
+        self._outage: tuple[float, int, str] | None = None  # (since, attempts, last message)
 
     async def _target(self) -> SSHTarget:
         machine = await Machine.objects.aget(pk=self.machine_id)
@@ -203,14 +219,30 @@ class MachineLink:
             while True:
                 try:
                     self._conn = await open_connection(await self._target())
-                    return self._conn
-                except (HostKeyChanged, SSHAuthFailed):
+                except (HostKeyChanged, SSHAuthFailed) as exc:
+                    await self._failed(exc)
                     raise
-                except SSHError:
+                except SSHError as exc:
+                    await self._failed(exc)
                     delay = next(delays, None)
                     if delay is None:
                         raise
                     await self._sleep(delay)
+                    continue
+                if self._outage is not None:
+                    since, attempts, _ = self._outage
+                    self._outage = None
+                    await sync_to_async(_record_recovery)(self.machine_id, attempts,
+                                                          time.monotonic() - since)
+                return self._conn
+
+    async def _failed(self, exc: SSHError) -> None:
+        message = str(exc)
+        since, attempts, last = self._outage or (time.monotonic(), 0, "")
+        self._outage = (since, attempts + 1, message)
+        if message != last:
+            kind = "ssh_host_key" if isinstance(exc, HostKeyChanged) else "ssh"
+            await sync_to_async(_record_failure)(self.machine_id, message, kind)
 
     async def tunnel(self, remote_port: int) -> int:
         """A local port on 127.0.0.1 that reaches 127.0.0.1:remote_port on the machine."""
@@ -220,6 +252,17 @@ class MachineLink:
             listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
             self._tunnels[remote_port] = listener
         return listener.get_port()
+
+    async def can_forward(self, remote_port: int) -> bool:
+        """False when the server refuses TCP forwarding (AllowTcpForwarding no); a closed
+        port on the host is fine: it only means no engine listens yet."""
+        conn = await self.connection()
+        try:
+            _reader, writer = await conn.open_connection("127.0.0.1", remote_port)
+        except asyncssh.ChannelOpenError as exc:
+            return exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED
+        writer.close()
+        return True
 
     async def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
         conn = await self.connection()

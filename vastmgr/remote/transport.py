@@ -7,10 +7,11 @@ local port forwarded over the machine's one SSH link, so the engine is never exp
 from vastmgr.fleet.controller.transport import EngineEndpoint, EngineTransport, TransportError
 from vastmgr.fleet.models import Machine
 
-from .ssh import LinkPool, SSHError
+from .ssh import Backoff, LinkPool, SSHError
 
-# One pool for the controller process: every transport of a machine shares its SSH link.
-shared_pool = LinkPool()
+# One pool for the controller process: every transport of a machine shares its SSH link. One
+# connect attempt per call: the watcher's own backoff paces the retries.
+shared_pool = LinkPool(backoff=Backoff(attempts=1))
 
 
 class SSHTunnelTransport(EngineTransport):
@@ -36,4 +37,6 @@ class SSHTunnelTransport(EngineTransport):
         return EngineEndpoint(f"http://127.0.0.1:{port}", machine.engine_token or None)
 
     async def close(self) -> None:
-        await self.pool.drop(self.machine_id)
+        # The link stays in the pool: it remembers an outage, so a host that stays down is
+        # one Event, not one per retry.
+        await self.pool.get(self.machine_id).close()

@@ -6,6 +6,7 @@ app_name = "remote"
 
 urlpatterns = [
     path("hosts/add/", views.add_host, name="add_host"),
+    path("hosts/command/", views.run_command, name="command"),
     path("machines/<int:pk>/", views.machine_detail, name="machine"),
     path("machines/<int:pk>/events/", views.machine_events, name="machine_events"),
     path("machines/<int:pk>/log/", views.machine_log, name="machine_log"),

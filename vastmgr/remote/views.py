@@ -1,7 +1,6 @@
-import asyncio
 
 import asyncssh
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
@@ -12,14 +11,17 @@ from django.views.decorators.http import require_POST
 from vastmgr.fleet.models import Event, Machine
 
 from . import background, vast
-from .forms import AddHostForm, ApiKeyForm, OfferSearchForm
+from .forms import AddHostForm, ApiKeyForm, CommandForm, OfferSearchForm
 from .models import RemoteHost, Secret
-from .provision import Provisioner, ProvisionError
+from .provision import Provisioner, ProvisionError, run_on_hosts
 from .secrets import SecretUnavailable
-from .ssh import Backoff, MachineLink, SSHError
+from .ssh import SSHError
 
-# Destroying waits this long for the engine on an SSH host to stop before giving up on it.
-ENGINE_STOP_TIMEOUT_S = 60
+LOG_TIMEOUT_S = 30
+# Destroying gives running proofs this long to finish before the engine is killed, and waits
+# this long in all for the host to confirm the engine is gone.
+DESTROY_GRACE_S = 10
+ENGINE_STOP_TIMEOUT_S = 90
 
 
 @staff_member_required
@@ -61,24 +63,24 @@ def machine_events(request, pk):
     return render(request, "remote/_events.html", {"events": machine.events.all()[:100]})
 
 
+@staff_member_required
 def machine_log(request, pk):
+    """The engine log's tail over the machine's pooled SSH connection (no login per poll)."""
     machine = get_object_or_404(Machine, pk=pk)
     try:
-        text = async_to_sync(_log_tail)(machine.pk)
-    except (SSHError, SecretUnavailable) as exc:
+        text = background.run(lambda: _provisioner(machine.pk).log_tail(200), LOG_TIMEOUT_S)
+    except (SSHError, SecretUnavailable, TimeoutError) as exc:
         text = f"log unavailable: {exc}"
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
-async def _log_tail(machine_id: int) -> str:
-    provisioner = Provisioner(machine_id)
-    try:
-        return await provisioner.log_tail(200)
-    finally:
-        await provisioner.link.close()
+def _provisioner(machine_id: int) -> Provisioner:
+    return Provisioner(machine_id, link=background.pool.get(machine_id))
 
 
-ACTIONS = {"provision", "stop", "restart", "upgrade"}
+# Action name in the URL → Provisioner method.
+ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
+           "restart": "restart", "upgrade": "upgrade"}
 
 
 @staff_member_required
@@ -92,6 +94,7 @@ def machine_action(request, pk, action):
     elif action == "clear-host-key":
         machine.ssh_host_key = ""
         machine.save(update_fields=["ssh_host_key", "updated"])
+        background.run(lambda: background.pool.drop(machine.pk), LOG_TIMEOUT_S)  # re-pin
         Event.record("ssh_host_key", f"{machine.name}: pinned host key cleared by {user}",
                      machine=machine, level=Event.Level.WARNING)
     elif action == "destroy":
@@ -106,11 +109,15 @@ def machine_action(request, pk, action):
         Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
 
         async def run():
-            provisioner = Provisioner(machine.pk)
             try:
-                await getattr(provisioner, action)()
-            finally:
-                await provisioner.link.close()
+                await getattr(_provisioner(machine.pk), ACTIONS[action])()
+            except ProvisionError as exc:
+                if not exc.recorded:
+                    await sync_to_async(Event.record)(
+                        "remote", f"{machine.name}: {action} failed at {exc}", machine=machine,
+                        level=Event.Level.ERROR)
+            except SSHError:
+                pass  # the link recorded it as an Event
         background.launch(f"{action} {machine.name}", run, machine=machine)
         messages.info(request, f"{action} started; progress appears in the events below")
     else:
@@ -132,7 +139,7 @@ def _stop_engine(machine: Machine) -> None:
     """An SSH host outlives its machine row: stop the engine provisioning started there (a
     token means it was configured), or say in an Event why it may still run."""
     try:
-        async_to_sync(_stop_remote_engine)(machine.pk)
+        background.run(lambda: _stop_remote_engine(machine.pk), ENGINE_STOP_TIMEOUT_S)
     except (SSHError, ProvisionError, SecretUnavailable, asyncssh.Error, OSError,
             TimeoutError) as exc:
         Event.record("remote", f"{machine.name}: the engine could not be stopped "
@@ -141,12 +148,30 @@ def _stop_engine(machine: Machine) -> None:
 
 
 async def _stop_remote_engine(machine_id: int) -> None:
-    provisioner = Provisioner(machine_id,
-                              link=MachineLink(machine_id, backoff=Backoff(attempts=2)))
     try:
-        await asyncio.wait_for(provisioner.stop(), ENGINE_STOP_TIMEOUT_S)
+        await _provisioner(machine_id).stop_engine(DESTROY_GRACE_S)
     finally:
-        await provisioner.link.close()
+        await background.pool.drop(machine_id)
+
+
+@staff_member_required
+def run_command(request):
+    """A command on the chosen hosts at once: output and exit status per host, one audit Event."""
+    form = CommandForm(request.POST or None)
+    results = []
+    if request.method == "POST" and form.is_valid():
+        machines = list(form.cleaned_data["machines"])
+        output: dict[int, list[str]] = {m.pk: [] for m in machines}
+
+        async def on_line(machine_id, line):
+            output[machine_id].append(line)
+        timeout = form.cleaned_data["timeout"]
+        statuses = background.run(lambda: run_on_hosts(
+            [m.pk for m in machines], form.cleaned_data["command"],
+            user=request.user.get_username(), on_line=on_line, pool=background.pool,
+            timeout=timeout), timeout + 60)
+        results = [(m, statuses[m.pk], "\n".join(output[m.pk])) for m in machines]
+    return render(request, "remote/command.html", {"form": form, "results": results})
 
 
 def offers(request):

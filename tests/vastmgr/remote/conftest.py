@@ -55,3 +55,14 @@ def no_sleep():
 
     sleep.delays = delays
     return sleep
+
+
+@pytest.fixture
+def sshd_host(client_key):
+    """The real OpenSSH server on loopback, for a throwaway bash user (see real_sshd.py)."""
+    from .real_sshd import real_sshd, unavailable_reason
+
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    with real_sshd(client_key.export_public_key().decode().strip()) as server:
+        yield server

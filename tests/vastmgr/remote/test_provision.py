@@ -1,94 +1,105 @@
-"""Provisioning end to end on the in-process SSH host: the real wheel, venv, engine, params,
-benchmark; the controller's transport streams status through the tunnel; a proof verifies."""
+"""Provisioning pieces: host requirements checked first on the real OpenSSH server, the wheel
+rebuilt when the sources change, the engine free of dashboard dependencies, a command on many
+hosts. The whole provisioning flow is in test_dashboard_flow.py."""
 
-import site
+import json
+import os
+import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from cuzk_engine.daemon.client import EngineClient
 from tests.conftest import free_port
-from vastmgr.fleet.controller.transport import transport_for
-from vastmgr.fleet.controller.verify import reverify
+from vastmgr.config import ConfigError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.remote import provision
 from vastmgr.remote.conf import RemoteSettings
-from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.models import Secret
-from vastmgr.remote.provision import Provisioner, ProvisionError, ProvisionPlan, run_on_hosts
+from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.provision import (
+    Provisioner,
+    ProvisionError,
+    ProvisionPlan,
+    build_wheel,
+    run_on_hosts,
+    wheel_dependencies,
+)
 from vastmgr.remote.ssh import Backoff, LinkPool, MachineLink
+
+from .real_sshd import copy_sources, real_sshd, unavailable_reason
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-# The fake host has no network: its venv installs our wheel alone and finds the dependencies
-# in this interpreter's site-packages through PYTHONPATH.
-OFFLINE_PLAN = ProvisionPlan(remote_python=sys.executable, pip_args=("--no-deps", "--no-index"),
-                             use_systemd=False, bench_proofs=1, health_timeout_s=90)
+
+async def test_missing_host_requirements_are_one_event_naming_each_fix(client_key):
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    with real_sshd(client_key.export_public_key().decode().strip(),
+                   allow_tcp_forwarding=False) as host:
+        machine = await Machine.objects.acreate(
+            name="old-image", host="127.0.0.1", ssh_port=host.port, ssh_user=host.user,
+            engine_port=free_port())
+        remote = await sync_to_async(RemoteHost.for_machine)(machine)
+        await sync_to_async(Secret.store)(remote.ssh_key_secret_name,
+                                          client_key.export_private_key().decode())
+        # An image whose python3 is 3.10 (Ubuntu 22.04), on a server without forwarding.
+        old_python = host.home / "python3.10"
+        old_python.write_text("#!/bin/sh\necho 3.10\nexit 1\n")
+        old_python.chmod(0o755)
+        link = MachineLink(machine.pk)
+        try:
+            for python, complaint in ((str(old_python), "is Python 3.10; the engine needs >= 3.11"),
+                                      ("/opt/no-python-here", "no Python at")):
+                plan = ProvisionPlan(remote_python=python)
+                with pytest.raises(ProvisionError, match="requirements"):
+                    await Provisioner(machine.pk, plan=plan, link=link).provision()
+                failure = await Event.objects.filter(level=Event.Level.ERROR).alatest("id")
+                assert complaint in failure.message and "VASTMGR_REMOTE_PYTHON" in failure.message
+                assert "AllowTcpForwarding yes" in failure.message
+                assert (await Event.objects.filter(level=Event.Level.ERROR).acount()) == \
+                    (1 if python == str(old_python) else 2), "one Event per attempt"
+        finally:
+            await link.close()
+        machine = await Machine.objects.aget(pk=machine.pk)
+        assert machine.state == Machine.State.REGISTERED, "nothing was installed"
+        assert not (host.home / "vastmgr-engine" / "venv").exists()
 
 
-@pytest.fixture
-def offline_host(fake_host):
-    fake_host.env["PYTHONPATH"] = ":".join(site.getsitepackages())
-    return fake_host
+async def test_the_wheel_is_rebuilt_when_a_source_changes_and_not_otherwise(tmp_path):
+    root = copy_sources(tmp_path / "src")
+    first = await build_wheel(root)
+    assert await build_wheel(root) == first, "unchanged sources: the same wheel"
+    module = root / "cuzk_engine" / "daemon" / "app.py"
+    module.write_text(module.read_text() + "\n# an edit\n")
+    second = await build_wheel(root)
+    assert second != first and second.exists()
+    assert wheel_dependencies(second) == wheel_dependencies(first)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        '"prometheus-client>=0.21,<1",', '"prometheus-client>=0.21,<1",\n    "tomli>=2",'))
+    assert wheel_dependencies(await build_wheel(root)) != wheel_dependencies(first)
 
 
-async def test_provision_end_to_end_then_stream_and_prove_through_the_tunnel(
-        offline_host, ssh_machine):
-    await Machine.objects.filter(pk=ssh_machine.pk).aupdate(engine_port=free_port())
-    steps = []
-
-    async def progress(step, line):
-        steps.append(step)
-
-    link = MachineLink(ssh_machine.pk)
-    provisioner = Provisioner(ssh_machine.pk, plan=OFFLINE_PLAN, link=link, progress=progress,
-                              automation=Automation(RemoteSettings(min_bench_rate=0.01)))
-    try:
-        rate = await provisioner.provision()
-        machine = await Machine.objects.aget(pk=ssh_machine.pk)
-        assert machine.state == Machine.State.RUNNING
-        assert rate > 0 and machine.bench_rate == pytest.approx(rate)
-        assert {"parameters", "benchmark"} <= set(steps)
-        assert (offline_host.root / "vastmgr-engine" / "engine.pid").exists()
-
-        # The controller reaches the engine through its transport, as for any machine.
-        transport = transport_for(machine)
-        endpoint = await transport.connect()
-        async with EngineClient(endpoint.base_url, token=endpoint.token) as client:
-            status = await client.status()
-            assert isinstance(status, dict) and status
-            job = await client.submit("winning-post", "tiny", 7)
-            result = await client.get(job["job_id"], wait=120)
-        await transport.close()
-        assert result["status"] == "done"
-        assert reverify(result["vk"], result["public_inputs"], bytes.fromhex(result["proof"]))
-
-        # No secret in any command the host saw or any event we wrote.
-        token = machine.engine_token
-        assert token and not any(token in c for c in offline_host.commands)
-        async for event in Event.objects.all():
-            assert token not in event.message and token not in str(event.data)
-    finally:
-        await provisioner.stop()
-        await link.close()
-    assert not (offline_host.root / "vastmgr-engine" / "engine.pid").exists()
-
-
-async def test_a_failing_install_step_returns_the_machine_to_registered(offline_host,
-                                                                        ssh_machine):
-    plan = ProvisionPlan(remote_python="python-that-does-not-exist", use_systemd=False)
-    link = MachineLink(ssh_machine.pk)
-    with pytest.raises(ProvisionError, match="install: exit status 127"):
-        await Provisioner(ssh_machine.pk, plan=plan, link=link).provision()
-    await link.close()
-    machine = await Machine.objects.aget(pk=ssh_machine.pk)
-    assert machine.state == Machine.State.REGISTERED
-    failure = await Event.objects.filter(kind="provision", level="error").aget()
-    assert "install" in failure.message
+def test_the_engine_imports_none_of_the_dashboard_dependencies():
+    """A GPU host installs the base dependencies only: no engine module may need more."""
+    probe = (
+        "import importlib, pkgutil, sys, cuzk_engine\n"
+        "for m in pkgutil.walk_packages(cuzk_engine.__path__, 'cuzk_engine.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'django', 'channels', "
+        "'daphne', 'channels_redis', 'asyncssh', 'psycopg', 'dj_database_url', 'cryptography', "
+        "'whitenoise', 'twisted', 'redis', 'vastmgr'}))\n")
+    result = subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(provision.REPO_ROOT)},
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 async def test_a_command_runs_on_many_hosts_with_streamed_output_and_an_audit_event(
-        offline_host, ssh_machine, client_key):
+        fake_host, ssh_machine, client_key):
     down = await Machine.objects.acreate(name="down", host="127.0.0.1", ssh_port=free_port())
     await sync_to_async(Secret.store)(f"ssh_key:{down.pk}", client_key.export_private_key().decode())
     lines = []
@@ -105,3 +116,67 @@ async def test_a_command_runs_on_many_hosts_with_streamed_output_and_an_audit_ev
     audit = await Event.objects.filter(kind="command").aget()
     assert "ops ran 'echo up; uname -s' on 2 host(s)" in audit.message
     assert audit.level == Event.Level.WARNING
+
+
+HOSTCTL = Path(provision.__file__).with_name("hostctl.py")
+
+
+def hostctl(command: str, base: Path, port: int, *options: str) -> tuple[int, dict]:
+    result = subprocess.run([sys.executable, str(HOSTCTL), command, "--base", str(base),
+                             "--port", str(port), *options],
+                            check=False, capture_output=True, text=True, timeout=60)
+    return result.returncode, json.loads(result.stdout)
+
+
+@pytest.fixture
+def stubborn_engine(tmp_path):
+    """An install whose 'engine' ignores SIGTERM, with a child that ignores it too."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/bash\ntrap '' TERM\nsleep 600 &\nsleep 600\n")
+    python.chmod(0o755)
+    return tmp_path
+
+
+def test_stop_kills_what_outlives_the_drain_bound_and_checks_nothing_is_left(stubborn_engine):
+    port = free_port()
+    status, started = hostctl("start", stubborn_engine, port, "--instance", "i1")
+    assert status == 0 and started["started"]
+    pid = started["pid"]
+    assert int((stubborn_engine / "engine.pid").read_text()) == pid
+    assert hostctl("status", stubborn_engine, port)[1]["alive"]
+
+    status, stopped = hostctl("stop", stubborn_engine, port, "--grace", "1")
+
+    assert status == 0, stopped
+    assert stopped == {"stopped": True, "pid": pid, "escalated": True, "remaining": [],
+                       "port_in_use": False}
+    assert not (stubborn_engine / "engine.pid").exists()
+    assert hostctl("status", stubborn_engine, port)[1] == {
+        "pid": None, "alive": False, "port_in_use": False}
+
+
+def test_a_port_held_by_something_else_blocks_start_and_is_reported_by_stop(stubborn_engine):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        status, started = hostctl("start", stubborn_engine, port, "--instance", "i2")
+        assert status == 1 and started == {
+            "started": False, "error": f"port {port} is still in use on the host"}
+        status, stopped = hostctl("stop", stubborn_engine, port, "--grace", "1")
+        assert status == 1 and stopped["stopped"] is False and stopped["port_in_use"] is True
+
+
+def test_the_benchmark_is_configurable_and_a_bad_kind_stops_start_up(monkeypatch):
+    plan = ProvisionPlan.from_settings(RemoteSettings.load())
+    assert (plan.bench_kind, plan.bench_profile, plan.bench_proofs) == ("porep-c2", "small", 2)
+    assert ("porep-c2", "small") in plan.param_sets, "its parameters are set up too"
+    monkeypatch.setenv("VASTMGR_BENCH_KIND", "window-post")
+    monkeypatch.setenv("VASTMGR_BENCH_PROFILE", "tiny")
+    monkeypatch.setenv("VASTMGR_BENCH_PROOFS", "5")
+    plan = ProvisionPlan.from_settings(RemoteSettings.load())
+    assert (plan.bench_kind, plan.bench_profile, plan.bench_proofs) == ("window-post", "tiny", 5)
+    monkeypatch.setenv("VASTMGR_BENCH_KIND", "fast-post")
+    with pytest.raises(ConfigError, match="VASTMGR_BENCH_KIND='fast-post' is not one of"):
+        RemoteSettings.load()

@@ -46,6 +46,11 @@ def test_actions_need_staff(client):
     response = client.post(f"/remote/machines/{machine.pk}/destroy/")
     assert response.status_code == 302 and "/login" in response.url
     assert Machine.objects.get(pk=machine.pk).state == Machine.State.REGISTERED
+    # The engine log and commands on hosts are staff-only too; the log panel is not rendered.
+    for url in (f"/remote/machines/{machine.pk}/log/", "/remote/hosts/command/"):
+        response = client.get(url)
+        assert response.status_code == 302 and "/login" in response.url, url
+    assert "engine-log" not in client.get(f"/remote/machines/{machine.pk}/").content.decode()
 
 
 def test_destroying_an_ssh_host_kills_it(staff):

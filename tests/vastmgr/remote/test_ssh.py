@@ -95,7 +95,16 @@ async def test_an_unreachable_host_is_retried_with_backoff_then_reported(fake_ho
         await link.run("true")
 
     assert len(sleeps) == 3 and all(0 <= d <= 4 for d in sleeps)
-    assert len(await events("ssh")) == 4
+    [outage] = await events("ssh")
+    assert outage.level == Event.Level.ERROR, "one Event for the outage, not one per attempt"
+
+    await fake_host.start(fake_host.port)
+    assert (await link.run("echo back")).ok
+    await link.close()
+    _outage, _pinned, back = await events("ssh")
+    assert "back after 4 failed attempt(s)" in back.message and back.data["attempts"] == 4
+    remote = await RemoteHost.objects.aget(machine_id=ssh_machine.pk)
+    assert remote.last_error == "", "recovered: no stale error on the machine page"
 
 
 async def test_the_link_reconnects_after_the_connection_drops(fake_host, ssh_machine):

@@ -94,7 +94,8 @@ def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
         job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
         return job
     job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
-    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}",
+    waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
+    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
                  machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
     return job
 

@@ -184,28 +184,22 @@ class UpstreamWatcher(HostWatcher):
         self.detector = detector or LieDetector()
         self.polls = 0
 
-    async def run(self) -> None:
-        backoff = self.interval
+    async def _watch_once(self, backoff: float, seen: float | None) -> float:
+        """Poll GET /status until it fails: upstream has no stream."""
+        try:
+            endpoint = await self.transport.connect()
+        except TransportError as exc:
+            return await self._down(str(exc), backoff, seen)
+        # Upstream has no auth; a token, if the operator gave one, is sent and ignored.
+        client = EngineClient(endpoint.base_url, token=endpoint.token,
+                              timeout=max(self.interval, 3.0), session=self.session)
         try:
             while True:
-                try:
-                    endpoint = await self.transport.connect()
-                except TransportError as exc:
-                    backoff = await self._down(str(exc), backoff)
-                    continue
-                # Upstream has no auth; a token, if the operator gave one, is sent and ignored.
-                client = EngineClient(endpoint.base_url, token=endpoint.token,
-                                      timeout=max(self.interval, 3.0), session=self.session)
-                try:
-                    while True:
-                        self.take(await client.status())
-                        backoff = self.interval
-                        await asyncio.sleep(self.interval)
-                except EngineError as exc:
-                    await self.transport.close()
-                    backoff = await self._down(str(exc), backoff)
-        finally:
+                self.take(await client.status())
+                await asyncio.sleep(self.interval)
+        except EngineError as exc:
             await self.transport.close()
+            return await self._down(str(exc), backoff, seen)
 
     def take(self, raw) -> None:
         """Map one upstream answer, flag its lies, and hand it to the controller."""

@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 
 # After the stream fails, poll this many times before trying the stream again.
 POLLS_BEFORE_STREAM_RETRY = 5
-MAX_BACKOFF = 10.0
+# Retries of a host that is down: a connect attempt costs one TCP handshake, and an engine
+# that comes back must be shown live within about two seconds.
+MAX_BACKOFF = 2.0
 
 
 @dataclass
@@ -77,22 +79,24 @@ class HostWatcher:
         backoff = self.interval
         try:
             while True:
+                seen = self.live.last_seen
                 try:
-                    backoff = await self._watch_once(backoff)
+                    backoff = await self._watch_once(backoff, seen)
                 except Exception as exc:  # noqa: BLE001 - e.g. a malformed snapshot: keep watching
                     await self.faults.record(exc, self.live.machine_id)
                     await self.transport.close()
                     backoff = await self._down(f"watcher error: {type(exc).__name__}: {exc}",
-                                               backoff)
+                                               backoff, seen)
         finally:
             await self.transport.close()
 
-    async def _watch_once(self, backoff: float) -> float:
-        """One connection: the stream while it works, then polling; returns the next backoff."""
+    async def _watch_once(self, backoff: float, seen: float | None) -> float:
+        """One connection: the stream while it works, then polling; returns the next backoff.
+        `seen` is the host's last_seen before this connection, to tell whether it worked."""
         try:
             endpoint = await self.transport.connect()
         except TransportError as exc:
-            return await self._down(str(exc), backoff)
+            return await self._down(str(exc), backoff, seen)
         client = EngineClient(endpoint.base_url, token=endpoint.token,
                               timeout=max(self.interval, 1.0), session=self.session)
         self.live.client = client
@@ -108,9 +112,11 @@ class HostWatcher:
         except EngineError as exc:
             # Unreachable, or refusing us (a wrong token): either way no live data.
             await self.transport.close()
-            return await self._down(str(exc), backoff)
+            return await self._down(str(exc), backoff, seen)
 
-    async def _down(self, reason: str, backoff: float) -> float:
+    async def _down(self, reason: str, backoff: float, seen_before: float | None) -> float:
+        if self.live.last_seen != seen_before:
+            backoff = self.interval  # this connection worked: start the backoff over
         self.live.lost(reason, self.clock())
         self.on_update()
         await asyncio.sleep(backoff)

@@ -13,6 +13,7 @@ from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import Secret
 from vastmgr.remote.secrets import SecretUnavailable
+from vastmgr.remote.ssh import Backoff, LinkPool
 
 
 class Command(BaseCommand):
@@ -21,6 +22,7 @@ class Command(BaseCommand):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.faults = FaultRecorder("remote automation tick")
+        self.links = LinkPool(backoff=Backoff(attempts=1))  # one SSH connection per host, kept
 
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
@@ -59,4 +61,4 @@ class Command(BaseCommand):
                                                   level=Event.Level.ERROR)
             except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
                 await self.faults.record(exc)
-        await Automation(vast_client=client).tick()
+        await Automation(vast_client=client, links=self.links).tick()
