@@ -28,6 +28,15 @@ from .watching import WatchRegistry
 log = logging.getLogger(__name__)
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
+# Watchers setting up a connection (tunnel, stream, first snapshot) at the same time.
+CONNECT_CONCURRENCY = 50
+
+
+def engine_session() -> aiohttp.ClientSession:
+    """One connection pool for every engine. Unbounded: each watched host holds its status
+    stream open, and aiohttp's default cap of 100 connections left every host past the 100th
+    waiting for a free connection until its requests timed out."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 
 class FleetController:
@@ -54,10 +63,11 @@ class FleetController:
         self.last_sample = 0.0
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
+        self.connect_slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
-        self.session = self.session or aiohttp.ClientSession()
+        self.session = self.session or engine_session()
         loop = asyncio.get_running_loop()
         try:
             await self.resume_in_flight()
@@ -238,7 +248,8 @@ class FleetController:
             except TransportError as exc:
                 live.lost(str(exc), self.clock())
                 continue
-            watcher = HostWatcher(live, transport, self.session, self.clock, self.interval)
+            watcher = HostWatcher(live, transport, self.session, self.clock, self.interval,
+                                  connect_slots=self.connect_slots)
             self.watchers[machine_id] = asyncio.create_task(watcher.run(), name=f"watch-{machine_id}")
 
     def live_hosts(self) -> list[HostLive]:

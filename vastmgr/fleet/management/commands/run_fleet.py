@@ -4,12 +4,11 @@ import asyncio
 import os
 import signal
 
-import aiohttp
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
-from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.service import FleetController, engine_session
 
 
 def uses_shared_layer() -> bool:
@@ -31,19 +30,23 @@ class Command(BaseCommand):
                             help="expected seconds between engine snapshots; stale after 3")
         parser.add_argument("--grace", type=float, default=60.0,
                             help="seconds a machine may be offline before its jobs are re-queued")
+        parser.add_argument("--lease", type=float, default=10.0,
+                            help="scale-out mode: seconds a host stays this controller's after "
+                                 "its last heartbeat (a dead controller's hosts move after this)")
 
-    def handle(self, *args, dashboard_url, tick, interval, grace, **options):
-        for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace)):
+    def handle(self, *args, dashboard_url, tick, interval, grace, lease, **options):
+        for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace),
+                            ("--lease", lease)):
             if value <= 0:
                 raise CommandError(f"{name} must be positive (got {value})")
-        asyncio.run(self.serve(dashboard_url, tick, interval, grace))
+        asyncio.run(self.serve(dashboard_url, tick, interval, grace, lease))
 
-    async def serve(self, dashboard_url, tick, interval, grace):
+    async def serve(self, dashboard_url, tick, interval, grace, lease):
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        session = aiohttp.ClientSession()
+        session = engine_session()
         if uses_shared_layer():
             publisher = LayerPublisher()
             where = "the shared channel layer"
