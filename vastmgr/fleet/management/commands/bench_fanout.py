@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management import call_command
@@ -35,7 +34,7 @@ from django.utils import timezone
 
 from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
 from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
-from vastmgr.fleet.management.commands.run_fleet import uses_shared_layer
+from vastmgr.fleet.management.commands.run_fleet import uses_leases, uses_shared_layer
 from vastmgr.fleet.models import HostLease, HostStatus, Machine
 
 SETTLE_SECONDS = 5.0
@@ -89,8 +88,7 @@ class Command(BaseCommand):
         if min(hosts, viewers, controllers) < 1 or rate <= 0 or duration <= 0 or lease <= 0:
             raise CommandError("--hosts, --viewers and --controllers must be >= 1; --rate, "
                                "--duration and --lease > 0")
-        scale_out = settings.DATABASES["default"]["ENGINE"].endswith("postgresql") \
-            and uses_shared_layer()
+        scale_out = uses_leases() and uses_shared_layer()
         if controllers > 1 and not scale_out:
             raise CommandError("--controllers above 1 needs the scale-out mode: set DATABASE_URL "
                                "(PostgreSQL) and REDIS_URL")

@@ -7,6 +7,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from vastmgr.fleet.controller.leases import Leases
 from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
 from vastmgr.fleet.controller.service import FleetController, engine_session
 
@@ -14,6 +15,12 @@ from vastmgr.fleet.controller.service import FleetController, engine_session
 def uses_shared_layer() -> bool:
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
     return not backend.endswith("InMemoryChannelLayer")
+
+
+def uses_leases() -> bool:
+    """PostgreSQL (scale-out): hosts are leased, so several controllers can share them. SQLite
+    (embedded): one controller watches every host, as it has no row locks to share them by."""
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 
 class Command(BaseCommand):
@@ -53,8 +60,13 @@ class Command(BaseCommand):
         else:
             publisher = RelayPublisher(dashboard_url, session)
             where = f"the dashboard at {dashboard_url} (relay)"
-        controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace)
+        leases = Leases(lease) if uses_leases() else None
+        controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace,
+                                     leases=leases)
         controller.session = session
         self.stdout.write(f"fleet controller running; fragments go to {where}")
+        if leases is not None:
+            self.stdout.write(f"sharing the hosts with any other controller as {leases.name} "
+                              f"(leases of {lease:g} s in the database)")
         await controller.run(stop)
         self.stdout.write("fleet controller stopped")
