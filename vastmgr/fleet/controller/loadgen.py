@@ -57,9 +57,15 @@ def _snapshot(host: int, seq: int) -> dict:
 
 
 class LoadGenerator:
-    def __init__(self, hosts: int, rate: float):
+    """`result`: a finished engine's proof record. With it the simulated engines also take
+    proof submissions (counting each POST per request id, so a test can see that every job
+    was submitted exactly once) and answer every job as finished with that record."""
+
+    def __init__(self, hosts: int, rate: float, result: dict | None = None):
         self.hosts = hosts
         self.rate = rate
+        self.result = result
+        self.submissions: list[dict[str, int]] = [{} for _ in range(hosts)]
         self.seq = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
         self.ports: list[int] = []
@@ -74,6 +80,9 @@ class LoadGenerator:
         app = web.Application()
         app.router.add_get("/status", self._status)
         app.router.add_get("/v1/status/stream", self._stream)
+        if self.result is not None:
+            app.router.add_post("/v1/proofs", self._submit)
+            app.router.add_get("/v1/proofs/{job_id}", self._proof)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         for host in range(self.hosts):
@@ -98,6 +107,23 @@ class LoadGenerator:
     async def _status(self, request: web.Request) -> web.Response:
         host = self._host(request)
         return web.json_response(_snapshot(host, self.seq[host]))
+
+    def streams(self, host: int) -> int:
+        """Status streams open to this host now (one per controller watching it)."""
+        return len(self._streams[host])
+
+    async def _submit(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        request_id = (await request.json())["request_id"]
+        self.submissions[host][request_id] = self.submissions[host].get(request_id, 0) + 1
+        return web.json_response({"job_id": request_id, "request_id": request_id,
+                                  "status": "queued"}, status=202)
+
+    async def _proof(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+        if job_id not in self.submissions[self._host(request)]:
+            return web.json_response({"error": f"no job {job_id}"}, status=404)
+        return web.json_response({**self.result, "job_id": job_id, "request_id": job_id})
 
     async def _stream(self, request: web.Request) -> web.WebSocketResponse:
         host = self._host(request)
