@@ -55,6 +55,11 @@ class Leases:
 
     def _renew(self) -> set[int]:
         controllers = ControllerHeartbeat.beat(self.name, self.period)
+        if self.valid_until == 0.0:
+            # The first heartbeat only announces this controller: controllers started together
+            # then see each other before claiming, instead of one claiming every host and
+            # handing half of them over a renewal later.
+            return set()
         return HostLease.renew(self.name, self.period, controllers)
 
     async def release(self) -> None:

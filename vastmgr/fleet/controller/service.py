@@ -124,12 +124,12 @@ class FleetController:
         if self.watching.watched(fleet):
             # A new viewer gets every row this controller answers for: its own hosts and the
             # (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
-            rows = ([m for m in self.machines if m in self.hosts or not self.machines[m].enabled]
-                    if fleet in fresh else changed)
+            rows = [m for m in self.machines if self._answers_for(m)] if fleet in fresh \
+                else changed
         else:
             rows = []
-        panels = {machine_id for machine_id in self.hosts
-                  if fragments.host_group(machine_id) in fresh
+        panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
+                  and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
                       and self.watching.watched(fragments.host_group(machine_id)))}
         for machine_id in changed:
@@ -159,6 +159,11 @@ class FleetController:
         if now - self.last_sample >= self.history_every:
             self.last_sample = now
             await self.record_history(now)
+
+    def _answers_for(self, machine_id: int) -> bool:
+        """Whether this controller pushes the machine's row and panel: it watches it, or it is
+        disabled (nobody watches it; every controller may push its greyed row)."""
+        return machine_id in self.hosts or not self.machines[machine_id].enabled
 
     def _collect_changes(self, now: float) -> list[int]:
         changed = []

@@ -30,6 +30,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
 from django.utils import timezone
 
 from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
@@ -133,7 +134,7 @@ class Command(BaseCommand):
             async with aiohttp.ClientSession() as session:
                 sockets = await self.connect_viewers(session, port, cookie, viewers)
                 readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
-                await self.wait_connected(ids)
+                await self.wait_connected(ids, controllers)
                 await asyncio.sleep(WARM_UP_SECONDS)
                 cpu_start = {name: cpu_seconds(p.pid) for name, p in named}
                 loadgen_start = children_cpu_seconds(lg.proc for lg in loadgens)
@@ -148,6 +149,9 @@ class Command(BaseCommand):
                         "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
                 if kill:
                     await asyncio.sleep(duration / 3)
+                    # The victim's CPU over the time it ran, since it cannot be read afterwards.
+                    victim_cpu = ((cpu_seconds(fleet[0].pid) - cpu_start["controller-1"])
+                                  / (time.monotonic() - wall_start))
                     takeover = await self.kill_one(fleet, ids)
                     await asyncio.sleep(max(wall_start + duration - time.monotonic(), 0.0))
                 else:
@@ -155,6 +159,8 @@ class Command(BaseCommand):
                 wall = time.monotonic() - wall_start
                 cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in named
                        if p.poll() is None}
+                if kill:
+                    cpu["controller-1"] = victim_cpu
                 cpu["loadgen"] = (children_cpu_seconds(lg.proc for lg in loadgens)
                                   - loadgen_start) / wall
                 cpu["viewers"] = (time.process_time() - own_start) / wall
@@ -171,7 +177,15 @@ class Command(BaseCommand):
             for proc in (*fleet, daphne):
                 if proc.poll() is None:
                     proc.terminate()
-                proc.wait(15)
+            stopping = time.monotonic()
+            for proc in (*fleet, daphne):
+                try:
+                    proc.wait(max(stopping + 60 - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    self.stderr.write(f"pid {proc.pid} did not stop within 60 s: killed")
+                    proc.kill()
+                    proc.wait()
+            self.stdout.write(f"controllers and daphne stopped in {time.monotonic() - stopping:.1f} s")
             for lg in loadgens:
                 lg.kill()
             await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
@@ -210,11 +224,24 @@ class Command(BaseCommand):
                     raise CommandError("daphne did not accept websockets within 60 s") from None
                 await asyncio.sleep(0.3)
 
-    async def wait_connected(self, ids):
+    async def wait_connected(self, ids, controllers):
+        """Until every host is connected, and (scale-out) leased, every controller holding its
+        share: the load starts on a fleet in its steady state."""
         started = time.monotonic()
+        settled_at = timezone.now()
+        live = 0
         while time.monotonic() < started + CONNECT_TIMEOUT:
-            live = await asyncio.to_thread(
-                lambda: HostStatus.objects.filter(machine_id__in=ids, connected=True).count())
+            if controllers > 1:
+                shares = await asyncio.to_thread(lambda: sorted(
+                    HostLease.objects.filter(machine_id__in=ids, expires__gt=timezone.now())
+                    .exclude(owner="").values("owner").annotate(n=Count("pk"))
+                    .values_list("n", flat=True)))
+                if len(shares) != controllers or sum(shares) != len(ids):
+                    settled_at = timezone.now()
+                    await asyncio.sleep(0.5)
+                    continue
+            live = await asyncio.to_thread(HostStatus.objects.filter(
+                machine_id__in=ids, connected=True, updated__gt=settled_at).count)
             if live == len(ids):
                 self.stdout.write(f"all {len(ids)} hosts connected after "
                                   f"{time.monotonic() - started:.1f} s")
