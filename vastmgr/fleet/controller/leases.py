@@ -37,11 +37,15 @@ class Leases:
         self.owned: set[int] = set()
         self.valid_until = 0.0  # time.monotonic() until which `owned` is certainly ours
         self.next_renewal = 0.0
+        self.known: set[int] = set()  # the watchable machines at the last renewal
 
-    async def refresh(self) -> set[int]:
-        """The machine ids this controller may watch now (renewing when it is time)."""
+    async def refresh(self, watchable: set[int]) -> set[int]:
+        """The machine ids this controller may watch now, of the `watchable` ones (renewing
+        when it is time, or at once when a machine appeared, so a new host is watched within
+        a tick as in the embedded mode)."""
         started = time.monotonic()
-        if started >= self.next_renewal:
+        if started >= self.next_renewal or not watchable <= self.known:
+            self.known = watchable
             self.next_renewal = started + self.period / RENEWALS_PER_PERIOD
             try:
                 self.owned = await database_sync_to_async(self._renew)()
@@ -55,10 +59,11 @@ class Leases:
 
     def _renew(self) -> set[int]:
         controllers = ControllerHeartbeat.beat(self.name, self.period)
-        if self.valid_until == 0.0:
-            # The first heartbeat only announces this controller: controllers started together
-            # then see each other before claiming, instead of one claiming every host and
-            # handing half of them over a renewal later.
+        if self.valid_until == 0.0 and controllers > 1:
+            # Others are running: the first heartbeat only announces this controller, so that
+            # controllers started together see each other before claiming, instead of one
+            # claiming every host and handing half of them over a renewal later. Alone, it
+            # claims at once.
             return set()
         return HostLease.renew(self.name, self.period, controllers)
 

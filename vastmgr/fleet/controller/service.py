@@ -249,7 +249,7 @@ class FleetController:
         self.machines = {m.pk: m for m in machines}
         wanted = {m.pk: m for m in machines if m.enabled}
         if self.leases is not None:
-            owned = await self.leases.refresh()
+            owned = await self.leases.refresh(set(wanted))
             wanted = {pk: m for pk, m in wanted.items() if pk in owned}
         await self._read_others()
         acquired = set()
