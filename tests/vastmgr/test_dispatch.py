@@ -218,7 +218,8 @@ def test_a_requeued_proof_keeps_the_machine_its_user_chose_and_only_that_one():
     pinned = ProofJob.objects.create(machine=chosen, pinned=True, kind="winning-post", seed=1)
     anywhere = ProofJob.objects.create(kind="winning-post", seed=2)
     for job in (pinned, anywhere):
-        jobs.mark_dispatched(job.pk, chosen.pk, "engine-job")
+        jobs.claim(job.pk, chosen.pk)
+        jobs.mark_submitted(job.pk, chosen.pk, "engine-job")
         jobs.requeue(job.pk, chosen.pk, "machine offline for more than 30 s")
     pinned.refresh_from_db()
     anywhere.refresh_from_db()

@@ -202,7 +202,7 @@ def test_a_job_cancelled_while_being_submitted_is_cancelled_on_the_engine_as_an_
     machine = Machine.objects.create(name="gpu-3", provider="local")
     job = ProofJob.objects.create(kind="winning-post", seed=1)
     job.request_cancel(get_user_model().objects.create_user("op"))
-    assert jobs.mark_dispatched(job.pk, machine.pk, "e-1") is None  # too late: stays cancelled
+    assert jobs.claim(job.pk, machine.pk) is None  # too late: stays cancelled
     adopt, cancel = jobs.orphans(machine.pk, [{"request_id": str(job.pk), "job_id": "e-1",
                                                "status": "running"}])
     assert adopt == [] and cancel == ["e-1"]

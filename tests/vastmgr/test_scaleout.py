@@ -7,13 +7,17 @@ TEST_REDIS_URL; without them these tests are skipped."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,8 @@ from yarl import URL
 from tests.conftest import REPO, free_port, wait_for_http
 from tests.vastmgr import live_engine
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN
+from vastmgr.fleet.controller.leases import RENEWALS_PER_PERIOD
+from vastmgr.fleet.controller.loadgen import LoadGenerator
 
 param_cache = live_engine.param_cache
 
@@ -52,9 +58,9 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-@pytest.fixture(scope="module")
-def database_url():
-    """A fresh database on the test server for this module, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_database():
+    """A new, empty database on the test server, dropped afterwards."""
     import psycopg
 
     name = f"{urlsplit(DATABASE_URL).path.strip('/') or 'vastmgr'}_scaleout_{secrets.token_hex(4)}"
@@ -66,6 +72,12 @@ def database_url():
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def database_url():
+    with fresh_database() as url:
+        yield url
 
 
 def query(database_url: str, sql: str, *params):
@@ -106,6 +118,30 @@ class Stack:
         return "\n".join(f"--- {p.name} ---\n{p.output()[-3000:]}" for p in self.processes)
 
 
+def deployment_env(database_url: str, workdir: Path, **extra) -> dict:
+    """The environment every process of one deployment reads at start-up."""
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_CONFIG}
+    env.update(DATABASE_URL=database_url, REDIS_URL=REDIS_URL, PYTHONPATH=str(REPO),
+               DJANGO_SETTINGS_MODULE="vastmgr.settings", VASTMGR_DATA_DIR=str(workdir / "data"),
+               # Every process must sign and read the same sessions, as on a real deployment.
+               SECRET_KEY=secrets.token_urlsafe(40), DJANGO_SUPERUSER_PASSWORD=PASSWORD, **extra)
+    return env
+
+
+def run_manage(env: dict, *argv: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"manage.py {argv[0]} failed:\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def start_process(name: str, argv: list[str], env: dict, workdir: Path) -> Process:
+    log = workdir / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return Process(name, proc, log)
+
+
 def any_exited(processes: list[Process]) -> Callable[[], str | None]:
     def check() -> str | None:
         for p in processes:
@@ -118,19 +154,12 @@ def any_exited(processes: list[Process]) -> Callable[[], str | None]:
 @pytest.fixture(scope="module")
 def stack(database_url, param_cache, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("scaleout")
-    env = {k: v for k, v in os.environ.items() if k not in INHERITED_CONFIG}
-    env.update(DATABASE_URL=database_url, REDIS_URL=REDIS_URL, PYTHONPATH=str(REPO),
-               DJANGO_SETTINGS_MODULE="vastmgr.settings", VASTMGR_DATA_DIR=str(workdir / "data"),
-               # Every process must sign and read the same sessions, as on a real deployment.
-               SECRET_KEY=secrets.token_urlsafe(40),
-               DJANGO_SUPERUSER_PASSWORD=PASSWORD, CUZK_PARAM_CACHE=str(param_cache))
+    env = deployment_env(database_url, workdir, CUZK_PARAM_CACHE=str(param_cache))
     manage = [sys.executable, "manage.py"]
     for argv in (["migrate", "--noinput", "-v", "0"],
                  ["createsuperuser", "--noinput", "--username", USER,
                   "--email", "ops@example.com"]):
-        done = subprocess.run(manage + argv, cwd=REPO, env=env, capture_output=True, text=True,
-                              check=False)
-        assert done.returncode == 0, f"manage.py {argv[0]} failed:\n{done.stdout}{done.stderr}"
+        run_manage(env, *argv)
 
     machine_name = f"scaleout-{secrets.token_hex(3)}"
     ports = [free_port(), free_port()]
@@ -144,11 +173,7 @@ def stack(database_url, param_cache, tmp_path_factory):
     processes = []
     try:
         for name, argv in commands:
-            log = workdir / f"{name}.log"
-            with open(log, "w") as out:
-                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out,
-                                        stderr=subprocess.STDOUT)
-            processes.append(Process(name, proc, log))
+            processes.append(start_process(name, argv, env, workdir))
         wait_for_http(f"http://127.0.0.1:{engine_port}/status", START_TIMEOUT,
                       any_exited(processes))
         for port in ports:
@@ -300,3 +325,171 @@ async def test_two_daphnes_on_one_redis_both_deliver_the_same_fleet_update(stack
                    f"{sorted(received[1])}"
     for seq in common:
         assert received[0][seq] == received[1][seq], f"seq {seq} differs between the daphnes"
+
+
+# ---- several controllers sharing one fleet through leases ------------------------------------
+
+SHARED_HOSTS, JOBS = 20, 50
+LEASE = 3.0  # seconds; short so the takeover test is quick
+# A lapsed lease is claimed at the survivor's next renewal (4 a period); connecting and the first
+# snapshot take the rest.
+TAKEOVER_BOUND = LEASE + LEASE / RENEWALS_PER_PERIOD + 3.0
+
+
+def eventually(predicate: Callable[[], object], timeout: float, what: str,
+               logs: Callable[[], str] = lambda: "", every: float = 0.1):
+    """Poll `predicate` until it returns something truthy (returned); fail with `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s\n{logs()}")
+        time.sleep(every)
+
+
+@dataclass
+class SharedFleet:
+    database_url: str
+    env: dict
+    loadgen: LoadGenerator
+    machines: dict[int, int]  # machine id -> load generator host index
+    controllers: list[Process]
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.output()[-3000:]}" for p in self.controllers)
+
+    def owners(self) -> dict[str, set[int]]:
+        """Unexpired leases by owner."""
+        owned: dict[str, set[int]] = {}
+        for owner, machine_id in query(self.database_url, "SELECT owner, machine_id FROM "
+                                       "fleet_hostlease WHERE owner <> '' AND expires > now()"):
+            owned.setdefault(owner, set()).add(machine_id)
+        return owned
+
+    def owner_of(self, process: Process) -> str:
+        return next(o for o in self.owners() if o.endswith(f"-{process.proc.pid}"))
+
+    def streams(self) -> dict[int, int]:
+        """Status streams open to each host's engine: one per controller watching it."""
+        return {m: self.loadgen.streams(host) for m, host in self.machines.items()}
+
+    def connected_since(self, when: str) -> set[int]:
+        return {m for (m,) in query(self.database_url, "SELECT machine_id FROM fleet_hoststatus "
+                                    "WHERE connected AND updated > %s::timestamptz", when)}
+
+
+@pytest.fixture(scope="module")
+def proof_record(param_cache) -> dict:
+    """A finished proof record from a real engine (tiny profile). The simulated engines answer
+    every job with it, so the controllers' own re-verification of each result really runs."""
+    engine = live_engine.LiveEngine(param_cache).start()
+    try:
+        job = engine.submit(kind="winning-post", profile="tiny", seed=7)
+        with urllib.request.urlopen(f"{engine.url}/v1/proofs/{job['job_id']}?wait=120",
+                                    timeout=180) as response:
+            record = json.load(response)
+    finally:
+        engine.stop()
+    assert record["status"] == "done" and record["verified"], record
+    return record
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(proof_record, tmp_path_factory):
+    """Two controllers (separate processes, leases of LEASE seconds) over one PostgreSQL and
+    Redis, and 20 simulated engines (in a thread of this process, so the test can count what
+    reaches them)."""
+    workdir = tmp_path_factory.mktemp("shared")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    # A snapshot every 0.5 s, the interval the controllers expect: every host stays live.
+    loadgen = LoadGenerator(SHARED_HOSTS, rate=2.0, result=proof_record)
+    asyncio.run_coroutine_threadsafe(loadgen.start(), loop).result(30)
+    controllers = []
+    try:
+        with fresh_database() as database_url:
+            env = deployment_env(database_url, workdir, SIM_PORTS=json.dumps(loadgen.ports))
+            run_manage(env, "migrate", "--noinput", "-v", "0")
+            run_manage(env, "shell", "-c", "import json, os\n"
+                       "from vastmgr.fleet.models import Machine\n"
+                       "for i, port in enumerate(json.loads(os.environ['SIM_PORTS'])):\n"
+                       "    Machine.objects.create(name=f'sim-{i}', provider='local',"
+                       " host='127.0.0.1', engine_port=port, state='running')\n")
+            ports = {port: host for host, port in enumerate(loadgen.ports)}
+            machines = {machine_id: ports[port] for machine_id, port in query(
+                database_url, "SELECT id, engine_port FROM fleet_machine")}
+            for n in (1, 2):
+                controllers.append(start_process(
+                    f"controller-{n}", [sys.executable, "manage.py", "run_fleet", "--tick", "0.2",
+                                        "--interval", "0.5", "--lease", str(LEASE)], env, workdir))
+            yield SharedFleet(database_url, env, loadgen, machines, controllers)
+            for p in controllers:
+                p.stop()
+    finally:
+        for p in controllers:
+            p.stop()
+        asyncio.run_coroutine_threadsafe(loadgen.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_two_controllers_share_the_hosts_without_overlap(shared_fleet):
+    fleet = shared_fleet
+    owners = eventually(lambda: (o := fleet.owners()) and len(o) == 2
+                        and sorted(map(len, o.values())) == [10, 10] and o,
+                        60, "two controllers holding 10 hosts each", fleet.logs)
+    first, second = owners.values()
+    assert not first & second and first | second == set(fleet.machines)
+    assert {o.rsplit("-", 1)[1] for o in owners} == {str(p.proc.pid) for p in fleet.controllers}
+    # Each engine is watched by exactly one controller, and every host is live in the database.
+    eventually(lambda: set(fleet.streams().values()) == {1}, 30,
+               "exactly one status stream per engine", fleet.logs)
+    eventually(lambda: fleet.connected_since("-infinity") == set(fleet.machines), 30,
+               "every host connected", fleet.logs)
+
+
+def test_jobs_are_dispatched_across_both_controllers_each_submitted_exactly_once(shared_fleet):
+    fleet = shared_fleet
+    eventually(lambda: len(fleet.owners()) == 2, 60, "both controllers holding hosts", fleet.logs)
+    owners = fleet.owners()
+    run_manage(fleet.env, "shell", "-c",
+               "from vastmgr.proofs.models import ProofJob\n"
+               f"for seed in range({JOBS}):\n"
+               "    ProofJob.objects.create(kind='winning-post', profile='tiny', seed=seed)\n")
+    eventually(lambda: query(fleet.database_url, "SELECT count(*) FROM proofs_proofjob "
+                             "WHERE status = 'done' AND verified")[0][0] == JOBS,
+               120, f"all {JOBS} jobs done and re-verified", fleet.logs)
+    jobs = dict(query(fleet.database_url, "SELECT id::text, machine_id FROM proofs_proofjob"))
+    submitted: dict[str, list[int]] = {}
+    for machine_id, host in fleet.machines.items():
+        for request_id, count in fleet.loadgen.submissions[host].items():
+            submitted.setdefault(request_id, []).extend([machine_id] * count)
+    assert submitted.keys() == jobs.keys()
+    duplicates = {job: where for job, where in submitted.items() if len(where) != 1}
+    assert not duplicates, f"submitted more than once: {duplicates}"
+    assert all(submitted[job] == [machine_id] for job, machine_id in jobs.items())
+    used = set(jobs.values())
+    assert all(used & hosts for hosts in owners.values()), \
+        f"one controller dispatched everything: {owners} vs {used}"
+
+
+def test_a_killed_controllers_hosts_are_watched_again_within_the_lease_period(shared_fleet):
+    fleet = shared_fleet
+    eventually(lambda: len(fleet.owners()) == 2, 60, "both controllers holding hosts", fleet.logs)
+    victim, survivor = fleet.controllers
+    orphaned = fleet.owners()[fleet.owner_of(victim)]
+    [(killed_at,)] = query(fleet.database_url, "SELECT now()::text")
+    started = time.monotonic()
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    successor = fleet.owner_of(survivor)
+    eventually(lambda: fleet.owners() == {successor: set(fleet.machines)}
+               and set(fleet.streams().values()) == {1}
+               and orphaned <= fleet.connected_since(killed_at),
+               TAKEOVER_BOUND, "every host leased to, watched by and written by the survivor",
+               fleet.logs)
+    took = time.monotonic() - started
+    assert took <= TAKEOVER_BOUND, took

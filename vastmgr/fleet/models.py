@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
@@ -222,3 +224,84 @@ class HostAction(models.Model):
 
     class Meta:
         ordering = ["created"]
+
+
+class ControllerHeartbeat(models.Model):
+    """A running fleet controller (scale-out mode), alive while `expires` is in the future.
+
+    Controllers count each other here to know their fair share of the hosts, including a
+    controller that has just started and owns nothing yet.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    expires = models.DateTimeField()
+
+    @classmethod
+    def beat(cls, name: str, period: float) -> int:
+        """Renew `name`; return how many controllers are alive (this one included)."""
+        now = timezone.now()
+        cls.objects.update_or_create(name=name,
+                                     defaults={"expires": now + timedelta(seconds=period)})
+        cls.objects.filter(expires__lt=now - timedelta(seconds=period)).delete()
+        return cls.objects.filter(expires__gt=now).count()
+
+    @classmethod
+    def leave(cls, name: str) -> None:
+        cls.objects.filter(name=name).delete()
+
+
+class HostLease(models.Model):
+    """Which fleet controller watches a machine (and dispatches to it) until `expires`.
+
+    In the scale-out mode every controller renews its leases on a heartbeat; a lease that
+    lapses (its controller died or stalled) is free for another to claim. Claims take rows
+    with SELECT … FOR UPDATE SKIP LOCKED, so two controllers never claim the same host, and
+    each claims at most its fair share, so hosts spread over the controllers.
+    """
+
+    machine = models.OneToOneField(Machine, on_delete=models.CASCADE, primary_key=True,
+                                   related_name="lease")
+    owner = models.CharField(max_length=200, blank=True, db_index=True)
+    expires = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.machine_id}: {self.owner or 'free'} until {self.expires}"
+
+    @classmethod
+    def renew(cls, owner: str, period: float, controllers: int) -> set[int]:
+        """One heartbeat of `owner`: renew what it holds, give back what exceeds its fair share
+        of the watchable machines, claim free or lapsed leases up to that share. Returns the
+        machine ids `owner` holds now, each until at least `period` seconds from now."""
+        now = timezone.now()
+        until = now + timedelta(seconds=period)
+        watchable = Machine.objects.filter(enabled=True).exclude(state=Machine.State.KILLED)
+        with transaction.atomic():
+            present = set(cls.objects.values_list("machine_id", flat=True))
+            cls.objects.bulk_create(
+                [cls(machine_id=machine_id) for machine_id in
+                 watchable.exclude(pk__in=present).values_list("pk", flat=True)],
+                ignore_conflicts=True)
+            cls.objects.filter(owner=owner).exclude(machine__in=watchable).update(
+                owner="", expires=None)
+            held = cls.objects.filter(owner=owner)
+            held.update(expires=until)
+            mine = sorted(held.values_list("machine_id", flat=True))
+            share = -(-watchable.count() // max(controllers, 1))  # ceiling
+            if len(mine) > share:
+                cls.objects.filter(machine_id__in=mine[share:], owner=owner).update(
+                    owner="", expires=None)
+                mine = mine[:share]
+            elif len(mine) < share:
+                free = list(cls.objects.select_for_update(skip_locked=True, of=("self",))
+                            .filter(machine__in=watchable)
+                            .filter(models.Q(owner="") | models.Q(expires__lt=now))
+                            .order_by("machine_id")
+                            .values_list("machine_id", flat=True)[:share - len(mine)])
+                cls.objects.filter(machine_id__in=free).update(owner=owner, expires=until)
+                mine += free
+        return set(mine)
+
+    @classmethod
+    def release(cls, owner: str) -> None:
+        """Give every lease of `owner` back at once (a clean shutdown)."""
+        cls.objects.filter(owner=owner).update(owner="", expires=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 from django.db.models import Count, Min, Q
 from django.template.loader import render_to_string
@@ -67,17 +68,20 @@ def pipeline_phase(pipeline: dict) -> str:
 
 @dataclass
 class HostView:
+    """One host as the fleet row and panel show it; the derived values are computed once per
+    render (templates ask for them several times, for hundreds of rows a tick)."""
+
     machine: Machine
     status: HostStatus | None
     now: float
     done_24h: int = 0
     failed_24h: int = 0
 
-    @property
+    @cached_property
     def snapshot(self) -> dict:
         return (self.status.snapshot if self.status else None) or {}
 
-    @property
+    @cached_property
     def last_seen_ts(self) -> float | None:
         return self.machine.last_seen.timestamp() if self.machine.last_seen else None
 
@@ -95,7 +99,7 @@ class HostView:
             return None
         return seconds_ago + (self.snapshot_age or 0.0)
 
-    @property
+    @cached_property
     def connection(self) -> str:
         if self.status is None or not self.machine.enabled:
             return OFFLINE
@@ -106,11 +110,11 @@ class HostView:
     def seen_ago(self) -> int | None:
         return None if self.last_seen_ts is None else max(0, int(self.now - self.last_seen_ts))
 
-    @property
+    @cached_property
     def workers(self) -> list[dict]:
         return self.snapshot.get("gpu_workers") or []
 
-    @property
+    @cached_property
     def busy_workers(self) -> int:
         return sum(1 for w in self.workers if w.get("state") == "proving")
 
@@ -137,7 +141,7 @@ class HostView:
         """Synthesized partitions waiting for a device, over all jobs."""
         return (self.snapshot.get("buffers") or {}).get("pending_handles", 0)
 
-    @property
+    @cached_property
     def memory(self) -> dict:
         memory = self.snapshot.get("memory") or {}
         total = memory.get("total_bytes") or 0

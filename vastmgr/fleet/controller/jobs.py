@@ -11,6 +11,8 @@ import logging
 import uuid
 from datetime import UTC, datetime
 
+from django.db import transaction
+
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -28,8 +30,11 @@ def queued_jobs(limit: int = 50) -> list[ProofJob]:
     return sorted(jobs, key=lambda j: (PRIORITY_ORDER.get(j.priority, 9), j.submitted_at))
 
 
-def in_flight_jobs() -> list[ProofJob]:
-    return list(ProofJob.objects.filter(status__in=IN_FLIGHT))
+def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
+    jobs = ProofJob.objects.filter(status__in=IN_FLIGHT)
+    if machine_ids is not None:
+        jobs = jobs.filter(machine_id__in=machine_ids)
+    return list(jobs)
 
 
 def cancel_requests() -> list[ProofJob]:
@@ -66,11 +71,36 @@ def fail(job_id, error: str) -> ProofJob | None:
     return job
 
 
-def mark_dispatched(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:
-    job = ProofJob.objects.filter(pk=job_id).first()
-    if job is None or job.status != ProofJob.Status.QUEUED:
+def claim(job_id, machine_id: int) -> ProofJob | None:
+    """Take a queued job for `machine_id` before submitting it (None: another controller has
+    it, or it is no longer queued). The row is locked while it is taken and skipped by the
+    others, so exactly one controller submits each job. One that dies between the claim and
+    the submit leaves it dispatched to an engine that does not know it: the machine's next
+    watcher finds that out and re-queues it."""
+    with transaction.atomic():
+        job = (ProofJob.objects.select_for_update(skip_locked=True)
+               .filter(pk=job_id, status=ProofJob.Status.QUEUED).first())
+        if job is None:
+            return None
+        job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine_id, engine_job_id="")
+    return job
+
+
+def unclaim(job_id, machine_id: int) -> None:
+    """The submit did not get through: back to the queue, for any controller to take."""
+    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, engine_job_id="",
+                                  status=ProofJob.Status.DISPATCHED).first()
+    if job is not None:
+        job.move_to(ProofJob.Status.QUEUED, progress=None)
+
+
+def mark_submitted(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:
+    """Record the engine's id for a claimed job (None: it was re-queued or ended meanwhile)."""
+    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    if job is None:
         return None
-    job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine_id, engine_job_id=engine_job_id)
+    job.engine_job_id = engine_job_id
+    job.save(update_fields=["engine_job_id"])
     return job
 
 
@@ -85,18 +115,20 @@ def not_accepted(job_id, machine_id: int, reason: str) -> None:
 
 
 def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
-    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
-    if job is None:
-        return None
-    machine = job.machine
-    if job.cancel_requested:
-        # Nothing to bring back: the operator wanted it gone, and the engine lost it anyway.
-        job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
-        return job
-    job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
-    waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
-    Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
-                 machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
+    with transaction.atomic():  # locked: of controllers noticing the same loss, one re-queues
+        job = (ProofJob.objects.select_for_update()
+               .filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first())
+        if job is None:
+            return None
+        machine = job.machine
+        if job.cancel_requested:
+            # Nothing to bring back: the operator wanted it gone, and the engine lost it anyway.
+            job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
+            return job
+        job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
+        waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
+        Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
+                     machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
     return job
 
 

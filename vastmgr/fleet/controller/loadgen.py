@@ -3,17 +3,32 @@ serving GET /status and the status stream with a new snapshot `rate` times per s
 
 It proves nothing; it only emits engine-shaped snapshots with increasing `seq`, and records
 when each seq left, so a benchmark can measure how long it takes to reach a browser.
+
+It must cost far less than the controller it loads: every port is a socket of one aiohttp
+server, and one ticker task (not one sleeping task per host) sends each host's snapshots,
+the fleet staggered over the period as real engines are. `python -m
+vastmgr.fleet.controller.loadgen` runs one in its own process (see `main`), so a benchmark can
+spread the simulated fleet over processes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
+import signal
+import socket
+import sys
 import time
 from collections.abc import Callable
 
 from aiohttp import web
+
+# The period is cut into this many slots; each slot's hosts send together.
+SLOTS = 20
+# The final report (every send time) is one line on stdout: megabytes for a long run.
+REPORT_LIMIT = 1 << 28
 
 
 def _snapshot(host: int, seq: int) -> dict:
@@ -42,57 +57,167 @@ def _snapshot(host: int, seq: int) -> dict:
 
 
 class LoadGenerator:
-    def __init__(self, hosts: int, rate: float):
+    """`result`: a finished engine's proof record. With it the simulated engines also take
+    proof submissions (counting each POST per request id, so a test can see that every job
+    was submitted exactly once) and answer every job as finished with that record."""
+
+    def __init__(self, hosts: int, rate: float, result: dict | None = None):
         self.hosts = hosts
         self.rate = rate
+        self.result = result
+        self.submissions: list[dict[str, int]] = [{} for _ in range(hosts)]
         self.seq = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
         self.ports: list[int] = []
         self.running = True
         self.closing = False
-        self._runners: list[web.AppRunner] = []
+        self._by_port: dict[int, int] = {}
+        self._streams: list[set[web.WebSocketResponse]] = [set() for _ in range(hosts)]
+        self._runner: web.AppRunner | None = None
+        self._ticker: asyncio.Task | None = None
 
     async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/status", self._status)
+        app.router.add_get("/v1/status/stream", self._stream)
+        if self.result is not None:
+            app.router.add_post("/v1/proofs", self._submit)
+            app.router.add_get("/v1/proofs/{job_id}", self._proof)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
         for host in range(self.hosts):
-            app = web.Application()
-            app.router.add_get("/status", self._status(host))
-            app.router.add_get("/v1/status/stream", self._stream(host))
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.ports.append(runner.addresses[0][1])
-            self._runners.append(runner)
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            await web.SockSite(self._runner, sock).start()
+            self.ports.append(port)
+            self._by_port[port] = host
+        self._ticker = asyncio.create_task(self._tick())
 
     async def stop(self) -> None:
         self.closing = True
-        for runner in self._runners:
-            await runner.cleanup()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
-    def _status(self, host: int):
-        async def handler(request):
-            return web.json_response(_snapshot(host, self.seq[host]))
-        return handler
+    def _host(self, request: web.Request) -> int:
+        return self._by_port[request.transport.get_extra_info("sockname")[1]]
 
-    def _stream(self, host: int):
-        async def handler(request):
-            ws = web.WebSocketResponse()
-            await ws.prepare(request)
-            period = 1.0 / self.rate
-            # Stagger hosts so the fleet's snapshots spread over the period, as real ones do.
-            await asyncio.sleep(period * host / self.hosts)
-            await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
-            while not ws.closed and not self.closing:
-                await asyncio.sleep(period)
-                if self.running:  # quiet (but connected) before and after the measured run
-                    self.seq[host] += 1
-                    self.sent_at[host][self.seq[host]] = time.time()
-                    try:
-                        await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
-                    except ConnectionResetError:
-                        break
-            return ws
-        return handler
+    async def _status(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        return web.json_response(_snapshot(host, self.seq[host]))
+
+    def streams(self, host: int) -> int:
+        """Status streams open to this host now (one per controller watching it)."""
+        return len(self._streams[host])
+
+    async def _submit(self, request: web.Request) -> web.Response:
+        host = self._host(request)
+        request_id = (await request.json())["request_id"]
+        self.submissions[host][request_id] = self.submissions[host].get(request_id, 0) + 1
+        return web.json_response({"job_id": request_id, "request_id": request_id,
+                                  "status": "queued"}, status=202)
+
+    async def _proof(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+        if job_id not in self.submissions[self._host(request)]:
+            return web.json_response({"error": f"no job {job_id}"}, status=404)
+        return web.json_response({**self.result, "job_id": job_id, "request_id": job_id})
+
+    async def _stream(self, request: web.Request) -> web.WebSocketResponse:
+        host = self._host(request)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
+        self._streams[host].add(ws)
+        try:
+            async for _ in ws:  # engines ignore what clients send; this waits for the close
+                pass
+        finally:
+            self._streams[host].discard(ws)
+        return ws
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        slot_length = 1.0 / self.rate / SLOTS
+        next_slot = loop.time()
+        slot = 0
+        while not self.closing:
+            next_slot += slot_length
+            await asyncio.sleep(max(next_slot - loop.time(), 0.0))
+            if self.running:  # quiet (but connected) before and after the measured run
+                for host in range(slot, self.hosts, SLOTS):
+                    await self._send(host)
+            slot = (slot + 1) % SLOTS
+
+    async def _send(self, host: int) -> None:
+        self.seq[host] += 1
+        seq = self.seq[host]
+        self.sent_at[host][seq] = time.time()
+        text = json.dumps(_snapshot(host, seq))
+        for ws in list(self._streams[host]):
+            try:
+                await ws.send_str(text)
+            except ConnectionResetError:
+                self._streams[host].discard(ws)
+
+
+class RemoteLoadGenerator:
+    """A LoadGenerator in a child process (`main`), driven through signals and its stdout:
+    it prints its ports, starts sending on SIGUSR1, stops on SIGUSR2 and then prints what it
+    sent (final seq and send times per host) before exiting."""
+
+    def __init__(self, hosts: int, rate: float):
+        self.hosts = hosts
+        self.rate = rate
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ports: list[int] = []
+        self.seq: list[int] = []
+        self.sent_at: list[dict[int, float]] = []
+
+    async def start(self, env: dict | None = None) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", __name__, "--hosts", str(self.hosts), "--rate", str(self.rate),
+            stdout=asyncio.subprocess.PIPE, env=env, limit=REPORT_LIMIT)
+        self.ports = json.loads(await self.proc.stdout.readline())
+
+    def go(self) -> None:
+        self.proc.send_signal(signal.SIGUSR1)
+
+    async def finish(self) -> None:
+        self.proc.send_signal(signal.SIGUSR2)
+        report = json.loads(await self.proc.stdout.readline())
+        self.seq = report["seq"]
+        self.sent_at = [{int(seq): at for seq, at in host.items()} for host in report["sent_at"]]
+        await self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
+
+async def _serve(hosts: int, rate: float) -> None:
+    loadgen = LoadGenerator(hosts, rate)
+    loadgen.running = False
+    await loadgen.start()
+    print(json.dumps(loadgen.ports), flush=True)
+    finished = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, lambda: setattr(loadgen, "running", True))
+    loop.add_signal_handler(signal.SIGUSR2, finished.set)
+    await finished.wait()
+    loadgen.running = False
+    print(json.dumps({"seq": loadgen.seq, "sent_at": loadgen.sent_at}), flush=True)
+    await loadgen.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, required=True)
+    parser.add_argument("--rate", type=float, required=True)
+    args = parser.parse_args()
+    asyncio.run(_serve(args.hosts, args.rate))
 
 
 ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
@@ -100,12 +225,12 @@ ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
 
 class ViewerLog:
     """What one fleet viewer saw: the seq each host's row last showed, rows that went back in
-    seq (the page would show an older state), and the latency of each seq's first arrival."""
+    seq (the page would show an older state), and when each seq first arrived (matched with the
+    send times afterwards, so the load generator may live in another process)."""
 
-    def __init__(self, sent_at: Callable[[int, int], float | None]):
-        self.sent_at = sent_at  # (machine id, seq) -> when the load generator sent it
+    def __init__(self):
         self.shown: dict[int, int] = {}
-        self.latencies: list[float] = []
+        self.arrivals: list[tuple[int, int, float]] = []  # (machine id, seq, when)
         self.out_of_order = 0
         self.messages = 0
         self.bytes = 0
@@ -120,6 +245,17 @@ class ViewerLog:
             if previous is not None and seq < previous:
                 self.out_of_order += 1
             elif previous is None or seq > previous:
-                sent = self.sent_at(machine_id, seq)
-                if sent is not None:
-                    self.latencies.append(now - sent)
+                self.arrivals.append((machine_id, seq, now))
+
+    def latencies(self, sent_at: Callable[[int, int], float | None]) -> list[float]:
+        """Seconds from send to first arrival of every seq whose send time is known."""
+        measured = []
+        for machine_id, seq, when in self.arrivals:
+            sent = sent_at(machine_id, seq)
+            if sent is not None:
+                measured.append(when - sent)
+        return measured
+
+
+if __name__ == "__main__":
+    main()

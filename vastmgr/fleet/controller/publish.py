@@ -32,6 +32,9 @@ OnWatch = Callable[[dict], None]
 # Channel-layer group membership expires (a day by default); re-join well before that.
 REJOIN_EVERY = 3600.0
 RELAY_RETRY = 1.0
+# daphne closes a websocket whose message exceeds 1 MiB (its default), so a batch for a large
+# fleet goes as several relay messages below that.
+RELAY_MESSAGE_BYTES = 512 * 1024
 
 
 def relay_token() -> str:
@@ -41,6 +44,22 @@ def relay_token() -> str:
 
 def fragment_event(html: str) -> dict:
     return {"type": "fragment", "html": html}
+
+
+def relay_batches(messages: list[Message], limit: int = RELAY_MESSAGE_BYTES) -> list[str]:
+    """The relay messages carrying `messages` in order, each under `limit` bytes unless one
+    fragment alone is larger (the margin to daphne's limit covers JSON escaping)."""
+    batches, batch, size = [], [], 0
+    for group, html in messages:
+        cost = len(group) + len(html.encode()) + 16
+        if batch and size + cost > limit:
+            batches.append(json.dumps({"messages": batch}, ensure_ascii=False))
+            batch, size = [], 0
+        batch.append((group, html))
+        size += cost
+    if batch:
+        batches.append(json.dumps({"messages": batch}, ensure_ascii=False))
+    return batches
 
 
 class LayerPublisher:
@@ -109,7 +128,8 @@ class RelayPublisher:
             return True
         try:
             ws = await self._connection()
-            await ws.send_str(json.dumps({"messages": messages}))
+            for batch in relay_batches(messages):
+                await ws.send_str(batch)
             return True
         except (aiohttp.ClientError, OSError) as exc:
             log.warning("fragment relay to %s failed: %s", self.url, exc)

@@ -20,6 +20,7 @@ from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Mach
 from vastmgr.proofs.models import ProofJob
 
 from . import fragments, jobs
+from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
@@ -32,12 +33,22 @@ log = logging.getLogger(__name__)
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
 CONCLUDE_TIMEOUT = 30.0  # seconds a stopping controller gives the results it holds
+# Watchers setting up a connection (tunnel, stream, first snapshot) at the same time.
+CONNECT_CONCURRENCY = 50
+
+
+def engine_session() -> aiohttp.ClientSession:
+    """One connection pool for every engine. Unbounded: each watched host holds its status
+    stream open, and aiohttp's default cap of 100 connections left every host past the 100th
+    waiting for a free connection until its requests timed out."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 
 class FleetController:
     def __init__(self, *, publisher=None, clock: Callable[[], float] = time.time,
                  tick: float = 0.5, interval: float = 1.0, grace: float = 60.0,
-                 history_every: float = 10.0, history_keep: float = 24 * 3600):
+                 history_every: float = 10.0, history_keep: float = 24 * 3600,
+                 leases: Leases | None = None):
         self.publisher = publisher or LayerPublisher()
         self.clock = clock
         self.tick_seconds = tick
@@ -64,13 +75,18 @@ class FleetController:
         self.watching = WatchRegistry(clock)
         self.faults = FaultRecorder("fleet controller tick")
         self.result_faults = FaultRecorder("fleet controller result collection")
+        self.connect_slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
+        # Scale-out: only the hosts leased to this controller are watched (and dispatched to)
+        # here; without leases (embedded mode) every enabled machine is.
+        self.leases = leases
+        self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
+        self.others_read = float("-inf")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
-        self.session = self.session or aiohttp.ClientSession()
+        self.session = self.session or engine_session()
         loop = asyncio.get_running_loop()
         try:
-            await self.resume_in_flight()
             self._spawn(self.publisher.listen(self.watching.note))
             while not stop.is_set():
                 # Ticks start at a fixed rate: a slow tick shortens the wait, so an update
@@ -97,6 +113,8 @@ class FleetController:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.watchers.clear()
         self.waiters.clear()
+        if self.leases is not None:
+            await self.leases.release()
         await self.publisher.close()
         if self.session is not None:
             await self.session.close()
@@ -106,7 +124,9 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
-        await self.sync_machines()
+        acquired = await self.sync_machines()
+        if acquired:
+            await self.resume_in_flight(acquired)
         if getattr(self.publisher, "reconnected", False):
             # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
@@ -117,11 +137,14 @@ class FleetController:
         changed = self._collect_changes(now)
         fleet = fragments.fleet_group()
         if self.watching.watched(fleet):
-            rows = list(self.machines) if fleet in fresh else changed
+            # A new viewer gets every row this controller answers for: its own hosts and the
+            # (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
+            rows = [m for m in self.machines if self._answers_for(m)] if fleet in fresh \
+                else changed
         else:
             rows = []
-        panels = {machine_id for machine_id in self.machines
-                  if fragments.host_group(machine_id) in fresh
+        panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
+                  and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
                       and self.watching.watched(fragments.host_group(machine_id)))}
         for machine_id in changed:
@@ -129,7 +152,7 @@ class FleetController:
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
         if rows or panels:
-            statuses = dict(self.statuses)
+            statuses = {**self.others, **self.statuses}
             messages = await database_sync_to_async(self._render)(rows, panels, statuses, now)
             if not await self.publisher.send(messages):
                 self.watching.fresh |= fresh
@@ -155,6 +178,11 @@ class FleetController:
         if now - self.last_sample >= self.history_every:
             self.last_sample = now
             await self.record_history(now)
+
+    def _answers_for(self, machine_id: int) -> bool:
+        """Whether this controller pushes the machine's row and panel: it watches it, or it is
+        disabled (nobody watches it; every controller may push its greyed row)."""
+        return machine_id in self.hosts or not self.machines[machine_id].enabled
 
     def _collect_changes(self, now: float) -> list[int]:
         changed = []
@@ -197,10 +225,6 @@ class FleetController:
                 now: float) -> list[tuple[str, str]]:
         """The fleet rows in `rows` (with the totals) and the host panels in `panels`."""
         machines = list(self.machines.values())
-        missing = [m.pk for m in machines if m.pk not in statuses]  # disabled: not watched here
-        if missing:
-            statuses = {**statuses, **{s.machine_id: s for s in
-                                       HostStatus.objects.filter(machine_id__in=missing)}}
         hosts = fragments.host_views(machines, statuses, now)
         by_id = {h.machine.pk: h for h in hosts}
         messages = []
@@ -247,7 +271,9 @@ class FleetController:
 
     # ---- machines and watchers ------------------------------------------------------------
 
-    async def sync_machines(self) -> None:
+    async def sync_machines(self) -> set[int]:
+        """Start and stop watchers to match the machines this controller answers for; return
+        the machine ids it has just started watching."""
         # Disabled machines are not watched, but they keep a (greyed) row in the fleet view.
         machines = await database_sync_to_async(list)(
             Machine.objects.select_related("remote").exclude(state=Machine.State.KILLED))
@@ -261,16 +287,23 @@ class FleetController:
                 self.hosts[machine.pk].changed = True
         self.machines = {m.pk: m for m in machines}
         wanted = {m.pk: m for m in machines if m.enabled}
+        if self.leases is not None:
+            owned = await self.leases.refresh(set(wanted))
+            wanted = {pk: m for pk, m in wanted.items() if pk in owned}
+        await self._read_others()
+        acquired = set()
         for machine_id in list(self.watchers):
             if machine_id not in wanted:
                 self.watchers.pop(machine_id).cancel()
                 self.hosts.pop(machine_id, None)
                 self.pushed.pop(machine_id, None)
                 self.statuses.pop(machine_id, None)
+                self.pushed_seen.pop(machine_id, None)
         for machine_id, machine in wanted.items():
             self.machine_names[machine_id] = machine.name
             if machine_id in self.watchers:
                 continue
+            acquired.add(machine_id)
             live = self.hosts.setdefault(machine_id, HostLive(machine_id, down_since=self.clock()))
             try:
                 transport = transport_for(machine)
@@ -278,8 +311,22 @@ class FleetController:
                 live.lost(str(exc), self.clock())
                 continue
             watcher = watcher_for(machine, live, transport, self.session, self.clock,
-                                  self.interval)
+                                  self.interval, self.connect_slots)
             self.watchers[machine_id] = asyncio.create_task(watcher.run(), name=f"watch-{machine_id}")
+        return acquired
+
+    async def _read_others(self) -> None:
+        """The stored status of every machine not watched here (disabled, or another
+        controller's), for the fleet totals; read at most once an interval."""
+        now = time.monotonic()
+        if now - self.others_read < self.interval:
+            return
+        self.others_read = now
+        watched_here = set(self.hosts)
+        self.others = await database_sync_to_async(lambda: {
+            status.machine_id: status for status in
+            HostStatus.objects.filter(machine_id__in=[m for m in self.machines
+                                                      if m not in watched_here])})()
 
     def live_hosts(self) -> list[HostLive]:
         now = self.clock()
@@ -289,9 +336,10 @@ class FleetController:
 
     # ---- dispatch and results -------------------------------------------------------------
 
-    async def resume_in_flight(self) -> None:
-        """After a (re)start: keep waiting for every job a previous run had dispatched."""
-        for job in await database_sync_to_async(jobs.in_flight_jobs)():
+    async def resume_in_flight(self, machine_ids: set[int]) -> None:
+        """On starting to watch machines (at start-up, or taking them over from a controller
+        that died): keep waiting for every job dispatched to them before."""
+        for job in await database_sync_to_async(jobs.in_flight_jobs)(machine_ids):
             self._watch_result(job)
 
     async def dispatch(self) -> None:
@@ -309,6 +357,9 @@ class FleetController:
             host = self._choose_host(job, planned)
             if host is None:
                 continue
+            # Claimed before it is submitted: of several controllers, exactly one submits it.
+            if await database_sync_to_async(jobs.claim)(job.pk, host.machine_id) is None:
+                continue
             planned[host.machine_id] = planned.get(host.machine_id, 0) + 1
             try:
                 answer = await host.client.submit(
@@ -321,11 +372,12 @@ class FleetController:
                 continue
             except EngineUnreachable as exc:
                 log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
+                await database_sync_to_async(jobs.unclaim)(job.pk, host.machine_id)
                 if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
                     await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
                                                                     str(exc))
                 continue
-            updated = await database_sync_to_async(jobs.mark_dispatched)(
+            updated = await database_sync_to_async(jobs.mark_submitted)(
                 job.pk, host.machine_id, str(answer.get("job_id", "")))
             if updated is not None:
                 self._watch_result(updated)
@@ -359,6 +411,9 @@ class FleetController:
         try:
             while True:
                 live = self.hosts.get(machine_id)
+                if live is None and self.leases is not None and machine_id in self.machines \
+                        and self.machines[machine_id].enabled:
+                    return  # another controller watches this host now, and its jobs
                 if live is None or not live.connected or live.client is None:
                     if not await self._still_in_flight(job_id, machine_id):
                         return
@@ -424,14 +479,15 @@ class FleetController:
                    and now - live.down_since > self.grace}
         in_flight = await database_sync_to_async(jobs.in_flight_jobs)()
         for job in in_flight:
-            gone = job.machine_id not in self.hosts and job.machine_id is not None
-            if not (job.machine_id in expired or gone):
+            machine = self.machines.get(job.machine_id)
+            gone = machine is None or not machine.enabled
+            if job.machine_id in expired or gone:
+                reason = (f"machine offline for more than {self.grace:g} s" if not gone
+                          else "machine is disabled or killed")
+                requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
+                await self._publish_job(requeued)
+            elif job.machine_id in self.hosts:
                 self._watch_result(job)  # a waiter that failed is replaced here
-                continue
-            reason = (f"machine offline for more than {self.grace:g} s" if not gone
-                      else "machine is disabled or killed")
-            requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)
-            await self._publish_job(requeued)
 
     async def cancel_requested(self) -> None:
         """Send DELETE to the engine for each job an operator asked to cancel. The result

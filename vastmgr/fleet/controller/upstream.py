@@ -27,7 +27,7 @@ from vastmgr.fleet.models import Machine
 
 from .liveness import STALE_AFTER_INTERVALS
 from .transport import EngineTransport, TransportError
-from .watcher import HostLive, HostWatcher
+from .watcher import HostLive, HostWatcher, RampSlot
 
 log = logging.getLogger(__name__)
 
@@ -179,17 +179,21 @@ class UpstreamWatcher(HostWatcher):
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
                  interval: float, on_update: Callable[[], None] = lambda: None,
-                 detector: LieDetector | None = None):
-        super().__init__(live, transport, session, clock, interval, on_update)
+                 detector: LieDetector | None = None, *,
+                 connect_slots: asyncio.Semaphore | None = None):
+        super().__init__(live, transport, session, clock, interval, on_update,
+                         connect_slots=connect_slots)
         self.detector = detector or LieDetector()
         self.polls = 0
 
     async def _watch_once(self, backoff: float, seen: float | None) -> float:
         """Poll GET /status until it fails: upstream has no stream."""
-        try:
-            endpoint = await self.transport.connect()
-        except TransportError as exc:
-            return await self._down(str(exc), backoff, seen)
+        async with RampSlot(self.connect_slots) as slot:
+            try:
+                endpoint = await self.transport.connect()
+            except TransportError as exc:
+                slot.release()
+                return await self._down(str(exc), backoff, seen)
         # Upstream has no auth; a token, if the operator gave one, is sent and ignored.
         client = EngineClient(endpoint.base_url, token=endpoint.token,
                               timeout=max(self.interval, 3.0), session=self.session)
@@ -215,8 +219,9 @@ class UpstreamWatcher(HostWatcher):
 
 def watcher_for(machine, live: HostLive, transport: EngineTransport,
                 session: aiohttp.ClientSession, clock: Callable[[], float],
-                interval: float) -> HostWatcher:
+                interval: float, connect_slots: asyncio.Semaphore | None = None) -> HostWatcher:
     """The watcher for this machine's engine flavour (`interval`: the controller's)."""
     if machine.is_upstream:
-        return UpstreamWatcher(live, transport, session, clock, poll_interval(interval))
-    return HostWatcher(live, transport, session, clock, interval)
+        return UpstreamWatcher(live, transport, session, clock, poll_interval(interval),
+                               connect_slots=connect_slots)
+    return HostWatcher(live, transport, session, clock, interval, connect_slots=connect_slots)

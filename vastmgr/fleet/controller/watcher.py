@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 import aiohttp
 
@@ -22,6 +23,10 @@ POLLS_BEFORE_STREAM_RETRY = 5
 # Retries of a host that is down: a connect attempt costs one TCP handshake, and an engine
 # that comes back must be shown live within about two seconds.
 MAX_BACKOFF = 2.0
+# A request may take this many intervals: a busy controller (hundreds of hosts on a loaded
+# machine) answering late is no reason to drop a working stream; staleness is judged from
+# last_seen, not from this.
+REQUEST_INTERVALS = 2.0
 
 
 @dataclass
@@ -63,10 +68,35 @@ class HostLive:
         self.error = error
 
 
+class RampSlot:
+    """One of a bounded number of connections being set up at once (released early, once the
+    first snapshot is in), so hundreds of watchers starting together do not all open tunnels
+    and streams in the same second and time each other out."""
+
+    def __init__(self, slots: asyncio.Semaphore | None):
+        self.slots = slots
+        self.held = False
+
+    async def __aenter__(self) -> Self:
+        if self.slots is not None:
+            await self.slots.acquire()
+            self.held = True
+        return self
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+    async def __aexit__(self, *exc) -> None:
+        self.release()
+
+
 class HostWatcher:
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
-                 interval: float, on_update: Callable[[], None] = lambda: None):
+                 interval: float, on_update: Callable[[], None] = lambda: None, *,
+                 connect_slots: asyncio.Semaphore | None = None):
         self.live = live
         self.transport = transport
         self.session = session
@@ -74,6 +104,7 @@ class HostWatcher:
         self.interval = interval
         self.on_update = on_update
         self.faults = FaultRecorder("engine watcher")
+        self.connect_slots = connect_slots
 
     async def run(self) -> None:
         backoff = self.interval
@@ -93,19 +124,22 @@ class HostWatcher:
     async def _watch_once(self, backoff: float, seen: float | None) -> float:
         """One connection: the stream while it works, then polling; returns the next backoff.
         `seen` is the host's last_seen before this connection, to tell whether it worked."""
-        try:
-            endpoint = await self.transport.connect()
-        except TransportError as exc:
-            return await self._down(str(exc), backoff, seen)
-        client = EngineClient(endpoint.base_url, token=endpoint.token,
-                              timeout=max(self.interval, 1.0), session=self.session)
-        self.live.client = client
-        try:
-            await self._stream(client)
-        except EngineError as exc:
-            # Only the stream may be broken (a proxy dropping websockets): polling
-            # decides whether the engine itself is down.
-            log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+        async with RampSlot(self.connect_slots) as slot:
+            try:
+                endpoint = await self.transport.connect()
+            except TransportError as exc:
+                slot.release()
+                return await self._down(str(exc), backoff, seen)
+            client = EngineClient(endpoint.base_url, token=endpoint.token,
+                                  timeout=REQUEST_INTERVALS * max(self.interval, 1.0),
+                                  session=self.session)
+            self.live.client = client
+            try:
+                await self._stream(client, slot)
+            except EngineError as exc:
+                # Only the stream may be broken (a proxy dropping websockets): polling
+                # decides whether the engine itself is down.
+                log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
         try:
             await self._poll(client)
             return self.interval
@@ -122,8 +156,11 @@ class HostWatcher:
         await asyncio.sleep(backoff)
         return min(backoff * 2, MAX_BACKOFF)
 
-    async def _stream(self, client: EngineClient) -> None:
-        async for snapshot in client.stream_snapshots(idle=client.timeout):
+    async def _stream(self, client: EngineClient, slot: RampSlot) -> None:
+        # A stream quiet for an interval is checked with GET /status, so an idle engine's
+        # last_seen keeps up with the clock.
+        async for snapshot in client.stream_snapshots(idle=max(self.interval, 1.0)):
+            slot.release()
             if snapshot is None:
                 # A quiet stream is not proof of life: ask directly before trusting it.
                 self.live.accept(await client.status(), "stream", self.clock())

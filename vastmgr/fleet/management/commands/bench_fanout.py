@@ -1,4 +1,4 @@
-"""`manage.py bench_fanout`: simulated engines → fleet controller → daphne → viewers.
+"""`manage.py bench_fanout`: simulated engines → fleet controller(s) → daphne → viewers.
 
 Measures, for every seq that reaches a viewer, the time from the snapshot leaving the load
 generator to the first fleet row carrying that seq arriving at the viewer's websocket (an upper
@@ -6,11 +6,18 @@ bound on "leaving the consumer": it includes the viewer's own read); the CPU of 
 while the load runs; rows that went back in seq; and how many hosts' final states never reached
 every viewer (must be 0). Seqs coalesced away inside one tick are not pushed by design and have
 no latency.
+
+The simulated engines run in child processes (`loadgen`), so they do not share a core's event
+loop with the viewers. With `--controllers N` (scale-out: DATABASE_URL and REDIS_URL must be
+set) N controllers share the hosts through their leases; `--kill` then kills one with SIGKILL a
+third of the way into the load and measures how long until the survivors write every host again.
 """
 
 import asyncio
 import json
+import math
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -23,15 +30,20 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
+from django.utils import timezone
 
-from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
+from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
 from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
-from vastmgr.fleet.models import Machine
+from vastmgr.fleet.management.commands.run_fleet import uses_leases, uses_shared_layer
+from vastmgr.fleet.models import HostLease, HostStatus, Machine
 
 SETTLE_SECONDS = 5.0
 # A controller that just started renders every page until the viewers have re-announced what
 # they watch; the benchmark measures the steady state after that.
 WARM_UP_SECONDS = RENEW_EVERY + BLIND_SLACK
+CONNECT_TIMEOUT = 60.0
+HOSTS_PER_LOADGEN = 250
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -46,6 +58,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
+def children_cpu_seconds(procs) -> float:
+    return sum(cpu_seconds(p.pid) for p in procs)
+
+
 class Command(BaseCommand):
     help = "Fan-out benchmark: p50/p99 engine→browser latency, CPU per process, states lost."
 
@@ -54,66 +70,135 @@ class Command(BaseCommand):
         parser.add_argument("--viewers", type=int, default=20)
         parser.add_argument("--rate", type=float, default=2.0, help="snapshots/s per host")
         parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+        parser.add_argument("--controllers", type=int, default=1,
+                            help="fleet controllers sharing the hosts (more than one needs "
+                                 "DATABASE_URL and REDIS_URL)")
+        parser.add_argument("--lease", type=float, default=10.0,
+                            help="host lease period of every controller, seconds")
+        parser.add_argument("--kill", action="store_true",
+                            help="SIGKILL one controller a third into the load; report takeover")
+        parser.add_argument("--profile", metavar="PATH",
+                            help="record the (first) controller with py-spy during the load "
+                                 "and write a speedscope profile to PATH")
+        parser.add_argument("--loadgen-processes", type=int, default=0,
+                            help=f"processes simulating the engines (default: one per "
+                                 f"{HOSTS_PER_LOADGEN} hosts)")
 
-    def handle(self, *args, hosts, viewers, rate, duration, **options):
-        if min(hosts, viewers) < 1 or rate <= 0 or duration <= 0:
-            raise CommandError("--hosts and --viewers must be >= 1; --rate and --duration > 0")
+    def handle(self, *args, hosts, viewers, rate, duration, controllers, lease, kill,
+               loadgen_processes, profile, **options):
+        if min(hosts, viewers, controllers) < 1 or rate <= 0 or duration <= 0 or lease <= 0:
+            raise CommandError("--hosts, --viewers and --controllers must be >= 1; --rate, "
+                               "--duration and --lease > 0")
+        scale_out = uses_leases() and uses_shared_layer()
+        if controllers > 1 and not scale_out:
+            raise CommandError("--controllers above 1 needs the scale-out mode: set DATABASE_URL "
+                               "(PostgreSQL) and REDIS_URL")
+        if kill and controllers < 2:
+            raise CommandError("--kill needs --controllers 2 or more (someone must take over)")
+        processes = loadgen_processes or math.ceil(hosts / HOSTS_PER_LOADGEN)
         call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
-        asyncio.run(self.bench(hosts, viewers, rate, duration))
+        asyncio.run(self.bench(hosts, viewers, rate, duration, controllers, lease, kill,
+                               min(processes, hosts), profile))
 
-    async def bench(self, hosts, viewers, rate, duration):
-        loadgen = LoadGenerator(hosts, rate)
-        loadgen.running = False  # quiet until everyone is connected
-        await loadgen.start()
-        machines = await asyncio.to_thread(self.register, loadgen.ports)
+    async def bench(self, hosts, viewers, rate, duration, controllers, lease, kill, processes,
+                    profile):
+        loadgens = [RemoteLoadGenerator(len(range(i, hosts, processes)), rate)
+                    for i in range(processes)]
+        await asyncio.gather(*(lg.start() for lg in loadgens))
+        ports = [port for lg in loadgens for port in lg.ports]
+        machines = await asyncio.to_thread(self.register, ports)
         ids = [m.pk for m in machines]
+        # machine id -> (its load generator, the host's index there), in the order of `ports`
+        where = dict(zip(ids, [(lg, host) for lg in loadgens for host in range(lg.hosts)]))
         cookie = await asyncio.to_thread(self.session_cookie)
         port = free_port()
         python, manage = sys.executable, str(Path(__file__).resolve().parents[4] / "manage.py")
         daphne = await asyncio.to_thread(
             subprocess.Popen, [python, "-m", "daphne", "-p", str(port), "vastmgr.asgi:application"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        controller = await asyncio.to_thread(
+        fleet = [await asyncio.to_thread(
             subprocess.Popen, [python, manage, "run_fleet", "--dashboard-url",
-                               f"http://127.0.0.1:{port}"], stdout=subprocess.DEVNULL)
-        index = {machine_id: i for i, machine_id in enumerate(ids)}
+                               f"http://127.0.0.1:{port}", "--lease", str(lease)],
+            stdout=subprocess.DEVNULL) for _ in range(controllers)]
 
         def sent_at(machine_id, seq):
-            return loadgen.sent_at[index[machine_id]].get(seq) if machine_id in index else None
+            if machine_id not in where:
+                return None
+            loadgen, host = where[machine_id]
+            return loadgen.sent_at[host].get(seq)
 
-        logs = [ViewerLog(sent_at) for _ in range(viewers)]
-        processes = (("daphne", daphne), ("controller", controller))
+        logs = [ViewerLog() for _ in range(viewers)]
+        named = [("daphne", daphne)] + [(f"controller-{i + 1}", p) for i, p in enumerate(fleet)]
+        takeover = None
         try:
             async with aiohttp.ClientSession() as session:
                 sockets = await self.connect_viewers(session, port, cookie, viewers)
                 readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
-                await self.wait_connected(loadgen, ids)
+                await self.wait_connected(ids, controllers)
                 await asyncio.sleep(WARM_UP_SECONDS)
-                cpu_start = {name: cpu_seconds(p.pid) for name, p in processes}
+                cpu_start = {name: cpu_seconds(p.pid) for name, p in named}
+                loadgen_start = children_cpu_seconds(lg.proc for lg in loadgens)
                 own_start, wall_start = time.process_time(), time.monotonic()
-                loadgen.running = True
-                await asyncio.sleep(duration)
-                loadgen.running = False
+                for lg in loadgens:
+                    lg.go()
+                if profile:
+                    profiler = await asyncio.create_subprocess_exec(
+                        shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
+                        "record", "--pid", str(fleet[0].pid), "--duration",
+                        str(round(duration / 3 if kill else duration)), "--format",
+                        "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
+                if kill:
+                    await asyncio.sleep(duration / 3)
+                    # The victim's CPU over the time it ran, since it cannot be read afterwards.
+                    victim_cpu = ((cpu_seconds(fleet[0].pid) - cpu_start["controller-1"])
+                                  / (time.monotonic() - wall_start))
+                    takeover = await self.kill_one(fleet, ids)
+                    await asyncio.sleep(max(wall_start + duration - time.monotonic(), 0.0))
+                else:
+                    await asyncio.sleep(duration)
                 wall = time.monotonic() - wall_start
-                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in processes}
-                cpu["loadgen+viewers"] = (time.process_time() - own_start) / wall
+                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in named
+                       if p.poll() is None}
+                if kill:
+                    cpu["controller-1"] = victim_cpu
+                cpu["loadgen"] = (children_cpu_seconds(lg.proc for lg in loadgens)
+                                  - loadgen_start) / wall
+                cpu["viewers"] = (time.process_time() - own_start) / wall
+                load_average = os.getloadavg()
+                await asyncio.gather(*(lg.finish() for lg in loadgens))
+                if profile:
+                    await profiler.wait()
                 await asyncio.sleep(SETTLE_SECONDS)
                 for task in readers:
                     task.cancel()
                 for ws in sockets:
                     await ws.close()
         finally:
-            for proc in (controller, daphne):
-                proc.terminate()
-                proc.wait(15)
-            await loadgen.stop()
+            for proc in (*fleet, daphne):
+                if proc.poll() is None:
+                    proc.terminate()
+            stopping = time.monotonic()
+            for proc in (*fleet, daphne):
+                try:
+                    proc.wait(max(stopping + 60 - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    self.stderr.write(f"pid {proc.pid} did not stop within 60 s: killed")
+                    proc.kill()
+                    proc.wait()
+            self.stdout.write(f"controllers and daphne stopped in {time.monotonic() - stopping:.1f} s")
+            for lg in loadgens:
+                lg.kill()
             await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
-        lost = sum(1 for log in logs for machine_id, i in index.items()
-                   if log.shown.get(machine_id) != loadgen.seq[i])
-        self.report(hosts, viewers, rate, logs, cpu, lost, loadgen)
+        final = {machine_id: lg.seq[host] for machine_id, (lg, host) in where.items()}
+        lost = sum(1 for log in logs for machine_id, seq in final.items()
+                   if log.shown.get(machine_id) != seq)
+        latencies = sorted(x for log in logs for x in log.latencies(sent_at))
+        self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost,
+                    sum(final.values()), takeover, load_average)
 
     def register(self, ports):
-        return [Machine.objects.create(name=f"loadgen-{i}-{port}", provider="local",
+        stamp = time.time_ns()
+        return [Machine.objects.create(name=f"loadgen-{stamp}-{i}", provider="local",
                                        host="127.0.0.1", engine_port=port)
                 for i, port in enumerate(ports)]
 
@@ -139,27 +224,65 @@ class Command(BaseCommand):
                     raise CommandError("daphne did not accept websockets within 60 s") from None
                 await asyncio.sleep(0.3)
 
-    async def wait_connected(self, loadgen, ids):
-        from vastmgr.fleet.models import HostStatus
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            live = await asyncio.to_thread(
-                lambda: HostStatus.objects.filter(machine_id__in=ids, connected=True).count())
+    async def wait_connected(self, ids, controllers):
+        """Until every host is connected, and (scale-out) leased, every controller holding its
+        share: the load starts on a fleet in its steady state."""
+        started = time.monotonic()
+        settled_at = timezone.now()
+        live = 0
+        while time.monotonic() < started + CONNECT_TIMEOUT:
+            if controllers > 1:
+                shares = await asyncio.to_thread(lambda: sorted(
+                    HostLease.objects.filter(machine_id__in=ids, expires__gt=timezone.now())
+                    .exclude(owner="").values("owner").annotate(n=Count("pk"))
+                    .values_list("n", flat=True)))
+                if len(shares) != controllers or sum(shares) != len(ids):
+                    settled_at = timezone.now()
+                    await asyncio.sleep(0.5)
+                    continue
+            live = await asyncio.to_thread(HostStatus.objects.filter(
+                machine_id__in=ids, connected=True, updated__gt=settled_at).count)
             if live == len(ids):
+                self.stdout.write(f"all {len(ids)} hosts connected after "
+                                  f"{time.monotonic() - started:.1f} s")
                 return
             await asyncio.sleep(0.5)
-        raise CommandError("the controller did not connect to every simulated engine in 60 s")
+        raise CommandError(f"the controllers did not connect to every simulated engine in "
+                           f"{CONNECT_TIMEOUT:g} s ({live} of {len(ids)})")
+
+    async def kill_one(self, fleet, ids) -> dict:
+        """SIGKILL the first controller; wait until a survivor has written each of its hosts."""
+        victim = fleet[0]
+        owners = await asyncio.to_thread(lambda: dict(
+            HostLease.objects.filter(machine_id__in=ids).values_list("machine_id", "owner")))
+        orphaned = [machine_id for machine_id, owner in owners.items()
+                    if owner.endswith(f"-{victim.pid}")]
+        killed_at = timezone.now()
+        started = time.monotonic()
+        victim.kill()
+        victim.wait()
+        while True:
+            written = await asyncio.to_thread(lambda: HostStatus.objects.filter(
+                machine_id__in=orphaned, connected=True, updated__gt=killed_at).count())
+            if written == len(orphaned):
+                break
+            if time.monotonic() - started > 10 * CONNECT_TIMEOUT:
+                raise CommandError(f"only {written} of {len(orphaned)} hosts of the killed "
+                                   f"controller were taken over")
+            await asyncio.sleep(0.1)
+        return {"hosts_of_killed_controller": len(orphaned),
+                "seconds_until_all_written_again": round(time.monotonic() - started, 2)}
 
     async def read(self, ws, log):
         async for message in ws:
             log.record(message.data, time.time())
 
-    def report(self, hosts, viewers, rate, logs, cpu, lost, loadgen):
-        latencies = sorted(x for log in logs for x in log.latencies)
+    def report(self, hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
+               takeover, load_average):
+        controller_cpu = sum(share for name, share in cpu.items() if name.startswith("controller"))
         result = {
-            "hosts": hosts, "viewers": viewers, "rate": rate,
-            "snapshots_sent": sum(loadgen.seq), "row_deliveries_measured": len(latencies),
+            "hosts": hosts, "viewers": viewers, "rate": rate, "controllers": controllers,
+            "snapshots_sent": sent, "row_deliveries_measured": len(latencies),
             "messages_received": sum(log.messages for log in logs),
             "megabytes_received": round(sum(log.bytes for log in logs) / 1e6, 1),
             "latency_ms": {
@@ -168,12 +291,15 @@ class Command(BaseCommand):
                 "max": round(latencies[-1] * 1000),
             } if latencies else None,
             "cpu_share_of_one_core": {name: round(share, 3) for name, share in cpu.items()},
+            "controller_cpu_ms_per_host_second": round(controller_cpu / hosts * 1000, 2),
             "rows_back_in_seq": sum(log.out_of_order for log in logs),
             "final_states_lost": lost,
+            "load_average_1_5_15": [round(x, 2) for x in load_average],
+            "takeover": takeover,
         }
         self.stdout.write(json.dumps(result, indent=1))
-        self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s: "
-                          f"{result['snapshots_sent']} snapshots sent, "
+        self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s "
+                          f"controllers={controllers}: {sent} snapshots sent, "
                           f"{len(latencies)} row deliveries measured")
         self.stdout.write(f"viewers received {result['messages_received']} messages, "
                           f"{result['megabytes_received']} MB in all")
@@ -183,5 +309,13 @@ class Command(BaseCommand):
                               f"max {ms['max']} ms")
         for name, share in cpu.items():
             self.stdout.write(f"cpu {name}: {share * 100:.0f}% of one core")
+        self.stdout.write(f"controller cpu per host: "
+                          f"{result['controller_cpu_ms_per_host_second']} ms per second")
         self.stdout.write(f"rows that went back in seq: {result['rows_back_in_seq']}")
         self.stdout.write(f"final states lost: {lost}")
+        self.stdout.write("load average (1, 5, 15 min): "
+                          + ", ".join(f"{x:.2f}" for x in load_average))
+        if takeover:
+            self.stdout.write(f"takeover: {takeover['hosts_of_killed_controller']} hosts of the "
+                              f"killed controller written again after "
+                              f"{takeover['seconds_until_all_written_again']} s")

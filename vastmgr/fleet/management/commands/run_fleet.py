@@ -4,19 +4,25 @@ import asyncio
 import os
 import signal
 
-import aiohttp
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from vastmgr.config import ConfigError
+from vastmgr.fleet.controller.leases import Leases
 from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
-from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.service import FleetController, engine_session
 from vastmgr.fleet.controller.upstream import poll_interval
 
 
 def uses_shared_layer() -> bool:
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
     return not backend.endswith("InMemoryChannelLayer")
+
+
+def uses_leases() -> bool:
+    """PostgreSQL (scale-out): hosts are leased, so several controllers can share them. SQLite
+    (embedded): one controller watches every host, as it has no row locks to share them by."""
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 
 class Command(BaseCommand):
@@ -33,31 +39,40 @@ class Command(BaseCommand):
                             help="expected seconds between engine snapshots; stale after 3")
         parser.add_argument("--grace", type=float, default=60.0,
                             help="seconds a machine may be offline before its jobs are re-queued")
+        parser.add_argument("--lease", type=float, default=10.0,
+                            help="scale-out mode: seconds a host stays this controller's after "
+                                 "its last heartbeat (a dead controller's hosts move after this)")
 
-    def handle(self, *args, dashboard_url, tick, interval, grace, **options):
-        for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace)):
+    def handle(self, *args, dashboard_url, tick, interval, grace, lease, **options):
+        for name, value in (("--tick", tick), ("--interval", interval), ("--grace", grace),
+                            ("--lease", lease)):
             if value <= 0:
                 raise CommandError(f"{name} must be positive (got {value})")
         try:
             poll_interval(interval)  # upstream daemons are polled; refuse a bad setting now
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        asyncio.run(self.serve(dashboard_url, tick, interval, grace))
+        asyncio.run(self.serve(dashboard_url, tick, interval, grace, lease))
 
-    async def serve(self, dashboard_url, tick, interval, grace):
+    async def serve(self, dashboard_url, tick, interval, grace, lease):
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        session = aiohttp.ClientSession()
+        session = engine_session()
         if uses_shared_layer():
             publisher = LayerPublisher()
             where = "the shared channel layer"
         else:
             publisher = RelayPublisher(dashboard_url, session)
             where = f"the dashboard at {dashboard_url} (relay)"
-        controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace)
+        leases = Leases(lease) if uses_leases() else None
+        controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace,
+                                     leases=leases)
         controller.session = session
         self.stdout.write(f"fleet controller running; fragments go to {where}")
+        if leases is not None:
+            self.stdout.write(f"sharing the hosts with any other controller as {leases.name} "
+                              f"(leases of {lease:g} s in the database)")
         await controller.run(stop)
         self.stdout.write("fleet controller stopped")
