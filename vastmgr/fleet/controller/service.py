@@ -71,6 +71,7 @@ class FleetController:
         self.idle_since: dict[int, float] = {}  # a worker idle while synthesized work waits
         self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
         self.last_sample = 0.0
+        self.sampled: set[int] = set()  # hosts with at least one history sample from here
         self.session: aiohttp.ClientSession | None = None
         self.watching = WatchRegistry(clock)
         self.faults = FaultRecorder("fleet controller tick")
@@ -175,7 +176,11 @@ class FleetController:
         await self.dispatch()
         await self.cancel_requested()
         await self.run_actions()
-        if now - self.last_sample >= self.history_every:
+        # A host's first snapshot is sampled at once: rates are counter differences between
+        # samples, so work done before a host's first sample would never show on its charts.
+        first_seen = any(live.connected and live.snapshot and machine_id not in self.sampled
+                         for machine_id, live in self.hosts.items())
+        if now - self.last_sample >= self.history_every or first_seen:
             self.last_sample = now
             await self.record_history(now)
 
@@ -299,6 +304,7 @@ class FleetController:
                 self.pushed.pop(machine_id, None)
                 self.statuses.pop(machine_id, None)
                 self.pushed_seen.pop(machine_id, None)
+                self.sampled.discard(machine_id)
         for machine_id, machine in wanted.items():
             self.machine_names[machine_id] = machine.name
             if machine_id in self.watchers:
@@ -569,6 +575,7 @@ class FleetController:
             if not live.connected or not live.snapshot:
                 continue
             samples.append(_sample(live, now))
+            self.sampled.add(live.machine_id)
         watched = [machine_id for machine_id in self.hosts
                    if self.watching.watched(fragments.host_group(machine_id))]
         messages = await database_sync_to_async(_store_history)(
