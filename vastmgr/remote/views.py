@@ -4,7 +4,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -67,6 +67,10 @@ def machine_events(request, pk):
 def machine_log(request, pk):
     """The engine log's tail over the machine's pooled SSH connection (no login per poll)."""
     machine = get_object_or_404(Machine, pk=pk)
+    if machine.provider == Machine.Provider.LOCAL:
+        return HttpResponseNotFound(f"{machine.name} is a local engine without SSH: its log is "
+                                    "in the terminal that runs it.",
+                                    content_type="text/plain; charset=utf-8")
     try:
         text = background.run(lambda: _provisioner(machine.pk).log_tail(200), LOG_TIMEOUT_S)
     except (SSHError, SecretUnavailable, TimeoutError) as exc:
@@ -88,7 +92,7 @@ ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
 def machine_action(request, pk, action):
     machine = get_object_or_404(Machine, pk=pk)
     user = request.user.get_username()
-    if machine.provider == Machine.Provider.LOCAL and action in ACTIONS | {"clear-host-key"}:
+    if machine.provider == Machine.Provider.LOCAL and (action in ACTIONS or action == "clear-host-key"):
         messages.error(request, f"{machine.name} is a local engine without SSH: there is "
                                 f"nothing to {action.replace('-', ' ')} over SSH.")
     elif action == "clear-host-key":
