@@ -76,6 +76,23 @@ def test_jobs_admitted_but_not_on_a_device_are_waiting_and_counted(admin_client,
     assert "status-running" in a and "1/2" in a
 
 
+def test_a_running_proof_with_nothing_on_a_device_reads_waiting_on_the_proof_pages(
+        admin_client, machine):
+    waiting = ProofJob.objects.create(kind="porep-c2", profile="tiny", seed=1, machine=machine,
+                                      status=ProofJob.Status.RUNNING,
+                                      progress=SNAPSHOT["pipelines"][1])
+    proving = ProofJob.objects.create(kind="porep-c2", profile="tiny", seed=2, machine=machine,
+                                      status=ProofJob.Status.RUNNING,
+                                      progress=SNAPSHOT["pipelines"][0])
+    detail = admin_client.get(f"/proofs/{waiting.pk}/").content.decode()
+    status = detail.split(f'id="proof-{waiting.pk}-status"')[1].split("</span>")[0]
+    assert "waiting for a device" in status and "running" not in status.split(">", 1)[1]
+    listing = admin_client.get("/proofs/").content.decode()
+    assert listing.count("waiting for a device</span>") == 1
+    assert f'id="proof-{proving.pk}-status">running' in \
+        admin_client.get(f"/proofs/{proving.pk}/").content.decode()
+
+
 def test_counters_state_their_window_and_snapshot_ages_are_current(admin_client, machine):
     panel = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
     assert "since engine start" in panel

@@ -16,6 +16,20 @@ from vastmgr.transitions import check_transition
 MAX_SEED = 2**63 - 1
 
 
+# A pipeline that has nothing on a device, finalizing or done is waiting for a device.
+STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
+
+
+def pipeline_phase(pipeline: dict) -> str:
+    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
+    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
+    status = pipeline.get("status")
+    if status == "running" and not any(p.get("state") in STARTED_PHASES
+                                       for p in pipeline.get("partitions") or []):
+        return "waiting"
+    return status
+
+
 class ProofJob(models.Model):
     """One test proof requested from the dashboard, dispatched to one machine's engine."""
 
@@ -172,6 +186,15 @@ class ProofJob(models.Model):
         if start is None:
             return None
         return (self.finished_at or timezone.now()) - start
+
+    @property
+    def shown_status(self) -> str:
+        """The status as pages show it: a running job none of whose partitions has reached a
+        device yet is `waiting` (for a device), not "running 0/16"."""
+        if self.status == self.Status.RUNNING and pipeline_phase(
+                {**(self.progress or {}), "status": "running"}) == "waiting":
+            return "waiting"
+        return self.status
 
     def partition_counts(self) -> tuple[int, int]:
         partitions = (self.progress or {}).get("partitions") or []

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
-from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.models import ProofJob, pipeline_phase
 
 from .liveness import LIVE, OFFLINE, connection_state
 
@@ -44,8 +44,6 @@ def proof_group(job_id) -> str:
 # clock: between a submission and the next worker pickup it is true for a moment, and a flag
 # that flashes on every submission says nothing.
 IDLE_FLAG_HOLD = 5.0
-# A pipeline that has nothing on a device, finalizing or done is waiting for a device.
-STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
 
 
 def idle_with_work_waiting(snapshot: dict | None) -> bool:
@@ -54,16 +52,6 @@ def idle_with_work_waiting(snapshot: dict | None) -> bool:
     waiting = (snapshot.get("buffers") or {}).get("pending_handles", 0)
     workers = snapshot.get("gpu_workers") or []
     return waiting > 0 and any(w.get("state") != "proving" for w in workers)
-
-
-def pipeline_phase(pipeline: dict) -> str:
-    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
-    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
-    status = pipeline.get("status")
-    if status == "running" and not any(p.get("state") in STARTED_PHASES
-                                       for p in pipeline.get("partitions") or []):
-        return "waiting"
-    return status
 
 
 @dataclass
@@ -521,6 +509,7 @@ def proof_context(job: ProofJob) -> dict:
     partitions = (job.progress or {}).get("partitions") or []
     return {
         "job": job,
+        "status_id": f"proof-{job.pk}-status",
         "cells": [{**p, "title": _partition_title(p)} for p in partitions],
         "done": sum(1 for p in partitions if p.get("state") == "done"),
         "gantt": gantt(job),
