@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.vastmgr.test_faults import Stack, wait_for
+from tests.conftest import eventually
+from tests.vastmgr.test_faults import Stack
 
 TIMEOUT = 120
 
@@ -49,11 +50,11 @@ def host_written_since(stack: Stack, since: datetime, new_engine: bool = False) 
 
 
 def measure(stack: Stack, fault: str, serves: str, inject, recovered) -> dict:
-    wait_for(stack.live, TIMEOUT, "the stack is not live")
+    eventually(stack.live, TIMEOUT, "the stack is not live")
     since = datetime.now(UTC)
     started = time.monotonic()
     inject()
-    wait_for(lambda: recovered(since), TIMEOUT, f"{fault}: no recovery", every=0.05)
+    eventually(lambda: recovered(since), TIMEOUT, f"{fault}: no recovery", every=0.05)
     return {"fault": fault, "serves_again": serves,
             "seconds": round(time.monotonic() - started, 2)}
 
@@ -89,14 +90,14 @@ def main() -> int:
         results.append(measure(stack, fault, "engine live and accepting in the controller",
                                kill("engine", signum),
                                lambda since: host_written_since(stack, since, new_engine=True)))
-    wait_for(stack.live, TIMEOUT, "the stack is not live")
+    eventually(stack.live, TIMEOUT, "the stack is not live")
     results.append({"fault": "Ctrl-C of up (idle)", "serves_again": "everything stopped",
                     "seconds": round(stack.ctrl_c(), 2)})
     stack.start()
-    wait_for(stack.live, TIMEOUT, "the stack is not live")
+    eventually(stack.live, TIMEOUT, "the stack is not live")
     started = time.monotonic()
     stack.up.kill()
-    wait_for(lambda: not stack.leftovers(), TIMEOUT, "processes outlived up", every=0.05)
+    eventually(lambda: not stack.leftovers(), TIMEOUT, "processes outlived up", every=0.05)
     results.append({"fault": "kill -9 of up", "serves_again": "no process of the stack left",
                     "seconds": round(time.monotonic() - started, 2)})
     started = time.monotonic()

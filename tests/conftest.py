@@ -18,6 +18,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def eventually(predicate: Callable[[], object], timeout: float, what: str,
+               logs: Callable[[], str] = lambda: "", every: float = 0.1):
+    """Poll `predicate` until it returns something truthy (returned); fail with `what` and,
+    when given, `logs()` of the processes under test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s\n{logs()}")
+        time.sleep(every)
+
+
 def wait_for_http(url: str, timeout: float, died: Callable[[], str | None] = lambda: None) -> int:
     """Poll `url` until it answers and return its status; fail at once with `died()`'s message
     when a process the answer depends on has exited."""

@@ -101,15 +101,21 @@ def stack(tmp_path, clean_env, param_cache):
 
 
 @pytest.fixture
-def page():
+def browser():
+    """Debian's chromium, launched through Playwright for one test."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 900})
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    return browser.new_page(viewport={"width": 1400, "height": 900})
 
 
 def wait_until_done_and_verified(page, job_id: str) -> None:

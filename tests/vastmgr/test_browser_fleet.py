@@ -10,10 +10,9 @@ import re
 
 import pytest
 
-from tests.vastmgr import live_engine
+from tests.vastmgr import live_engine, test_browser
 from tests.vastmgr.test_browser import (
     CHROMIUM,
-    CHROMIUM_ARGS,
     PASSWORD,
     USER,
     running_stack,
@@ -21,7 +20,7 @@ from tests.vastmgr.test_browser import (
 )
 from vastmgr.fleet.controller.fragments import render_toast
 
-param_cache = live_engine.param_cache
+param_cache, browser = live_engine.param_cache, test_browser.browser
 
 BATCH = 4  # porep-c2 tiny: 10 partitions each, so 40 partitions for one device worker
 # Covers the one-off parameter setup when the session's cache is still empty.
@@ -49,15 +48,8 @@ def one_worker_stack(tmp_path, clean_env, param_cache):
 
 
 @pytest.fixture
-def context():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_context(viewport={"width": 1400, "height": 900})
-        finally:
-            browser.close()
+def context(browser):
+    return browser.new_context(viewport={"width": 1400, "height": 900})
 
 
 def log_in(page, stack):

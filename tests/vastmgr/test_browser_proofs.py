@@ -6,13 +6,9 @@ import subprocess
 import sys
 import tarfile
 
-import pytest
-
 from tests.conftest import REPO
 from tests.vastmgr import test_browser
 from tests.vastmgr.test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     PASSWORD,
     PROOF_TIMEOUT_MS,
     USER,
@@ -22,23 +18,11 @@ from tests.vastmgr.test_browser import (
 
 pytestmark = test_browser.pytestmark
 # The same stack as test_browser's (`manage.py up` on free ports, its own data dir).
-stack, param_cache = test_browser.stack, test_browser.param_cache
+stack, param_cache, browser = test_browser.stack, test_browser.param_cache, test_browser.browser
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
 LONG_NAME = "gpu-host-" + "x" * 91  # 100 characters, like the name in the issue
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def logged_in(browser, stack, viewport):

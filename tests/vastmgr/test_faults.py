@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr import live_engine
 
 pytestmark = [pytest.mark.slow,
@@ -42,17 +42,6 @@ PROOF_TIMEOUT = 150
 GONE_TIMEOUT = 10  # kill -9 of `up`: every process of the stack must be gone this soon
 CHILD_MARK = {"dashboard": "daphne", "controller": "run_fleet",
               "automation": "remote_automation", "engine": "cuzk_engine serve"}
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} (waited {timeout}s)")
-        time.sleep(every)
 
 
 def proc_state(pid: int) -> tuple[str, int] | None:
@@ -106,7 +95,7 @@ class Stack:
              "--engine-config", str(self.config)],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)  # its own group, like a terminal's foreground job
-        wait_for(lambda: self.up_exited() or self.live(), START_TIMEOUT,
+        eventually(lambda: self.up_exited() or self.live(), START_TIMEOUT,
                  "the stack did not come up")
         assert not self.up_exited(), self.log()
 
@@ -202,13 +191,13 @@ class Stack:
         assert "/accounts/login/" not in landed
 
     def logged_in(self) -> bool:
-        wait_for(self.live, START_TIMEOUT, "the stack is not live")  # a restarted dashboard
+        eventually(self.live, START_TIMEOUT, "the stack is not live")  # a restarted dashboard
         with self.http.open(self.url + "/", timeout=10) as r:
             return "/accounts/login/" not in r.geturl()
 
     def submit(self, seed: int, count: int = JOBS_PER_FAULT) -> list[str]:
         # The form fails jobs at once when no engine is live: wait for a restarted one.
-        wait_for(self.live, START_TIMEOUT, "the stack is not live")
+        eventually(self.live, START_TIMEOUT, "the stack is not live")
         before = {r[0] for r in self.query("SELECT id FROM proofs_proofjob")}
         self.post("/proofs/new/", {"kind": "winning-post", "profile": "tiny", "seed": seed,
                                    "count": count, "priority": "", "machine": ""})
@@ -226,7 +215,7 @@ class Stack:
                 f"every job ended before the fault: {states}"
             return any(status == "running" for status, _ in states.values())
 
-        wait_for(running, 60, f"no job started on the engine: {self.jobs(ids)}\n{self.log()}")
+        eventually(running, 60, f"no job started on the engine: {self.jobs(ids)}\n{self.log()}")
 
     def all_done(self, ids: list[str]) -> dict:
         def final():
@@ -235,7 +224,7 @@ class Stack:
                 return states
             return None
 
-        states = wait_for(final, PROOF_TIMEOUT, f"jobs still in flight: {self.jobs(ids)}")
+        states = eventually(final, PROOF_TIMEOUT, f"jobs still in flight: {self.jobs(ids)}")
         assert all(status == "done" and verified for status, verified in states.values()), \
             states
         return states
@@ -266,9 +255,9 @@ def test_kill_9_of_a_child_restarts_it_and_loses_no_job(stack, child):
     before = stack.children()
     restarts = len(stack.events(f"{child} was killed by SIGKILL"))
     os.kill(before[child], signal.SIGKILL)
-    wait_for(lambda: len(stack.events(f"{child} was killed by SIGKILL")) > restarts, 10,
+    eventually(lambda: len(stack.events(f"{child} was killed by SIGKILL")) > restarts, 10,
              "no Event for the restart")
-    wait_for(lambda: stack.children().get(child) not in (None, before[child]), 30,
+    eventually(lambda: stack.children().get(child) not in (None, before[child]), 30,
              f"{child} was not restarted")
     others = {name: pid for name, pid in stack.children().items() if name != child}
     assert others == {name: pid for name, pid in before.items() if name != child}, \
@@ -286,7 +275,7 @@ def test_sigterm_of_the_engine_drains_and_loses_nothing(stack):
     stack.wait_running(ids)
     engine = stack.children()["engine"]
     os.kill(engine, signal.SIGTERM)
-    wait_for(lambda: stack.children().get("engine") not in (None, engine), 60,
+    eventually(lambda: stack.children().get("engine") not in (None, engine), 60,
              "the engine was not started again")
     stack.all_done(ids)
     assert stack.lost_results(ids) == [], "a result finished during the drain was lost"
@@ -312,7 +301,7 @@ def test_kill_9_of_up_leaves_nothing_and_a_rerun_finishes_the_jobs(stack):
     stack.wait_running(ids)
     stack.up.kill()
     stack.up.wait(10)
-    wait_for(lambda: not stack.leftovers(), GONE_TIMEOUT,
+    eventually(lambda: not stack.leftovers(), GONE_TIMEOUT,
              f"processes outlived up: {stack.leftovers()}")
     stack.start()
     stack.all_done(ids)

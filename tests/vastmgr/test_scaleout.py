@@ -27,7 +27,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.conftest import REPO, free_port, wait_for_http
+from tests.conftest import REPO, eventually, free_port, wait_for_http
 from tests.vastmgr import live_engine
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN
 from vastmgr.fleet.controller.leases import RENEWALS_PER_PERIOD
@@ -334,19 +334,6 @@ LEASE = 3.0  # seconds; short so the takeover test is quick
 # A lapsed lease is claimed at the survivor's next renewal (4 a period); connecting and the first
 # snapshot take the rest.
 TAKEOVER_BOUND = LEASE + LEASE / RENEWALS_PER_PERIOD + 3.0
-
-
-def eventually(predicate: Callable[[], object], timeout: float, what: str,
-               logs: Callable[[], str] = lambda: "", every: float = 0.1):
-    """Poll `predicate` until it returns something truthy (returned); fail with `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s\n{logs()}")
-        time.sleep(every)
 
 
 @dataclass
