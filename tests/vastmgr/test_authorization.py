@@ -122,7 +122,7 @@ def test_htmx_posts_carry_the_csrf_token_from_the_body_header(machine, django_us
     staff = Client(enforce_csrf_checks=True)
     staff.force_login(django_user_model.objects.create_user("boss", is_staff=True))
     page = staff.get(f"/hosts/{machine.pk}/").content.decode()
-    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'>""", page).group(1)
+    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
     data = {"action": "preload", "circuit_id": "winning-post.tiny"}
     assert staff.post(f"/hosts/{machine.pk}/srs/", data).status_code == 403
     assert staff.post(f"/hosts/{machine.pk}/srs/", data, headers={"X-CSRFToken": token,
