@@ -151,3 +151,34 @@ def test_dark_mode_follows_the_system_setting(stack, browser):
     table = page.locator("table.grid").first.evaluate("el => getComputedStyle(el).backgroundColor")
     assert table == "rgb(26, 32, 43)"  # surfaces follow too, not only the page
     screenshot(page, "proofs-dark")
+
+
+def test_pushed_proof_actions_show_only_to_staff_and_the_owner(stack, browser, clean_env):
+    """The proof panel (pushed to every viewer) carries Cancel/Retry hidden; the page shows them
+    to staff and to whoever started the proof, never to another user."""
+    script = ("from django.contrib.auth import get_user_model; "
+              "from vastmgr.proofs.models import ProofJob; "
+              "User = get_user_model(); "
+              "User.objects.create_user('viewer', password='pw-for-viewer-1'); "
+              f"owner = User.objects.get(username='{USER}'); "
+              "print(ProofJob.objects.create(kind='winning-post', profile='tiny', seed=9, "
+              "status='cancelled', requested_by=owner).pk)")
+    job_id = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=REPO,
+                            env=clean_env, check=True, capture_output=True,
+                            text=True).stdout.strip().splitlines()[-1]
+    retry = f"#proof-{job_id} .proof-actions button:has-text('Retry')"
+
+    staff = logged_in(browser, stack, DESKTOP)
+    staff.goto(f"{stack}/proofs/{job_id}/")
+    staff.locator(retry).wait_for(state="visible")
+
+    viewer = browser.new_page(viewport=DESKTOP)
+    viewer.goto(f"{stack}/accounts/login/")
+    viewer.fill("#id_username", "viewer")
+    viewer.fill("#id_password", "pw-for-viewer-1")
+    viewer.get_by_role("button", name="Log in").click()
+    viewer.wait_for_url(f"{stack}/")
+    viewer.goto(f"{stack}/proofs/{job_id}/")
+    viewer.wait_for_load_state("load")
+    assert viewer.locator(retry).count() == 1  # in the page, as pushed to everyone ...
+    assert not viewer.locator(retry).is_visible()  # ... but not shown to this user
