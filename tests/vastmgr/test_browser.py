@@ -118,6 +118,15 @@ def page(browser):
     return browser.new_page(viewport={"width": 1400, "height": 900})
 
 
+def log_in(page, stack: str, user: str = USER, password: str = PASSWORD) -> None:
+    """Through the login form, as a person would; lands on the fleet page."""
+    page.goto(f"{stack}/accounts/login/")
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{stack}/")
+
+
 def wait_until_done_and_verified(page, job_id: str) -> None:
     """The proof page shows the job done and the dashboard's own verified badge, by pushes."""
     page.wait_for_function(
@@ -138,11 +147,7 @@ def screenshot(page, name: str) -> Path:
 
 def test_a_test_proof_started_in_the_browser_moves_through_its_partitions_and_verifies(
         stack, page):
-    page.goto(f"{stack}/accounts/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{stack}/")
+    log_in(page, stack)
     row = page.locator("#fleet-rows tr", has_text="local")
     row.wait_for()
     page.wait_for_function(

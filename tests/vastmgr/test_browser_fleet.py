@@ -5,16 +5,13 @@ reload), a pushed notice must show as a toast, and the host charts must render w
 time labels and hover values.
 Screenshots of both pages at desktop width and at 390 px go to test-output/browser/."""
 
-import os
 import re
 
 import pytest
 
 from tests.vastmgr import live_engine, test_browser
 from tests.vastmgr.test_browser import (
-    CHROMIUM,
-    PASSWORD,
-    USER,
+    log_in,
     running_stack,
     screenshot,
 )
@@ -27,12 +24,7 @@ BATCH = 4  # porep-c2 tiny: 10 partitions each, so 40 partitions for one device 
 BACKLOG_TIMEOUT_MS = 240_000
 DONE_TIMEOUT_MS = 300_000
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
-                       reason=f"no chromium at {CHROMIUM} (set CHROMIUM_PATH; "
-                              "Debian package `chromium`)"),
-]
+pytestmark = test_browser.pytestmark  # browser tests, skipped without chromium
 
 PAGE_TOKEN = "window.__pageToken = window.__pageToken || Math.random().toString(36).slice(2);"
 
@@ -50,14 +42,6 @@ def one_worker_stack(tmp_path, clean_env, param_cache):
 @pytest.fixture
 def context(browser):
     return browser.new_context(viewport={"width": 1400, "height": 900})
-
-
-def log_in(page, stack):
-    page.goto(f"{stack}/accounts/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{stack}/")
 
 
 def hover_value(page) -> str:

@@ -9,9 +9,9 @@ import tarfile
 from tests.conftest import REPO
 from tests.vastmgr import test_browser
 from tests.vastmgr.test_browser import (
-    PASSWORD,
     PROOF_TIMEOUT_MS,
     USER,
+    log_in,
     screenshot,
     wait_until_done_and_verified,
 )
@@ -27,11 +27,7 @@ LONG_NAME = "gpu-host-" + "x" * 91  # 100 characters, like the name in the issue
 
 def logged_in(browser, stack, viewport):
     page = browser.new_page(viewport=viewport, accept_downloads=True)
-    page.goto(f"{stack}/accounts/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{stack}/")
+    log_in(page, stack)
     return page
 
 
@@ -173,11 +169,7 @@ def test_pushed_proof_actions_show_only_to_staff_and_the_owner(stack, browser, c
     staff.locator(retry).wait_for(state="visible")
 
     viewer = browser.new_page(viewport=DESKTOP)
-    viewer.goto(f"{stack}/accounts/login/")
-    viewer.fill("#id_username", "viewer")
-    viewer.fill("#id_password", "pw-for-viewer-1")
-    viewer.get_by_role("button", name="Log in").click()
-    viewer.wait_for_url(f"{stack}/")
+    log_in(viewer, stack, "viewer", "pw-for-viewer-1")
     viewer.goto(f"{stack}/proofs/{job_id}/")
     viewer.wait_for_load_state("load")
     assert viewer.locator(retry).count() == 1  # in the page, as pushed to everyone ...
