@@ -13,13 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PRIORITY_NAMES = ("low", "normal", "high", "critical")
-DEFAULT_PRIORITIES = {
-    "winning-post": "critical",
-    "window-post": "high",
-    "snap-update": "normal",
-    "porep-c2": "normal",
-}
+from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS, PRIORITIES
 
 _SIZE_UNITS = {
     "": 1,
@@ -292,13 +286,13 @@ def config_from_dict(data: dict) -> EngineConfig:
     if not isinstance(prios, dict):
         raise ConfigError("[priorities] must be a table of kind = priority")
     for kind, prio in prios.items():
-        if kind not in DEFAULT_PRIORITIES:
+        if kind not in KINDS:
             raise ConfigError(
                 f"unknown configuration key 'priorities.{kind}' "
-                f"(kinds: {', '.join(DEFAULT_PRIORITIES)})"
+                f"(kinds: {', '.join(KINDS)})"
             )
-        if prio not in PRIORITY_NAMES:
-            raise ConfigError(f"priorities.{kind}: expected one of {PRIORITY_NAMES}, got {prio!r}")
+        if prio not in PRIORITIES:
+            raise ConfigError(f"priorities.{kind}: expected one of {PRIORITIES}, got {prio!r}")
         cfg.priorities[kind] = prio
     return cfg
 

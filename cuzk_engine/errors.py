@@ -21,3 +21,7 @@ class ProofFormatError(CuzkError):
 
 class UnsatisfiedCircuit(CuzkError):
     """The witness does not satisfy the circuit; the message names the first failing constraint."""
+
+
+class SnapshotFormatError(CuzkError, ValueError):
+    """A status snapshot's JSON is missing a part or has one of the wrong shape."""

@@ -2,7 +2,8 @@
 
 import subprocess
 
-from cuzk_engine.config import DEFAULT_PRIORITIES, EngineConfig, load_config
+from cuzk_engine.config import EngineConfig, load_config
+from cuzk_engine.vocabulary import DEFAULT_PRIORITIES
 
 
 def test_example_config_loads_and_matches_the_defaults(repo):

@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 
-from cuzk_engine.status import DeviceInfo, StatusTracker, snapshot_violations
+from cuzk_engine.engine.snapshot import snapshot_violations
+from cuzk_engine.engine.status import DeviceInfo, StatusTracker
 
 _KIND = "snap-update"
 

@@ -19,9 +19,8 @@ from cuzk_engine.field import BYTES
 from cuzk_engine.gadgets import alloc
 from cuzk_engine.gadgets.poseidon import hash2_gadget
 from cuzk_engine.r1cs import ConstraintSystem
+from cuzk_engine.vocabulary import KINDS, PROFILES
 
-KINDS: tuple[str, ...] = ("winning-post", "window-post", "snap-update", "porep-c2")
-PROFILES: tuple[str, ...] = ("tiny", "small", "medium", "large")
 MAX_SEED = 2**64 - 1
 
 # Sized so that tiny <= 2^11, small ~2^14, medium ~2^16 and large >= 2^18 constraints per

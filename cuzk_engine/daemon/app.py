@@ -21,15 +21,15 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
+from cuzk_engine.engine.memory import BudgetExceeded
 from cuzk_engine.engine.orchestrator import (
     Engine,
     EngineNotAccepting,
     JobNotFound,
     RequestConflict,
 )
+from cuzk_engine.engine.srs import SrsInUse
 from cuzk_engine.errors import CuzkError, InvalidRequest
-from cuzk_engine.memory import BudgetExceeded
-from cuzk_engine.srs import SrsInUse
 
 log = logging.getLogger("cuzk_engine.daemon")
 

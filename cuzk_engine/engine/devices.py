@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuzk_engine.engine.stages import Stages
-from cuzk_engine.status import DeviceInfo
+from cuzk_engine.engine.status import DeviceInfo
 
 
 @dataclass

@@ -25,13 +25,15 @@ from typing import Any
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
+from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
+from cuzk_engine.engine.queues import JobQueue, PartitionQueue
+from cuzk_engine.engine.snapshot import snapshot_violations
+from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
+from cuzk_engine.engine.status import StatusTracker
 from cuzk_engine.errors import CuzkError, InvalidRequest
-from cuzk_engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
-from cuzk_engine.scheduler import PRIORITY_RANK, JobQueue, PartitionQueue
-from cuzk_engine.srs import SrsManager
-from cuzk_engine.status import StatusTracker, snapshot_violations
+from cuzk_engine.vocabulary import PRIORITY_RANK
 
 log = logging.getLogger("cuzk_engine.engine")
 

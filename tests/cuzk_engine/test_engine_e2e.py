@@ -8,8 +8,8 @@ import pytest
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon import EngineDaemon
 from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
 from cuzk_engine.groth16 import VerifyingKey, verify
-from cuzk_engine.status import snapshot_violations
 
 KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
 
@@ -60,20 +60,7 @@ async def watch(client, stop, seen):
 
 
 def violations_of(snap_json):
-    from cuzk_engine import status as s
-
-    parts = lambda p: [s.PartitionSnapshot(**pt) for pt in p["partitions"]]
-    snap = s.EngineSnapshot(
-        **{**snap_json,
-           "memory": s.MemorySnapshot(**snap_json["memory"]),
-           "synthesis": s.SynthesisSnapshot(**snap_json["synthesis"]),
-           "pipelines": [s.PipelineSnapshot(**{**p, "partitions": parts(p)})
-                         for p in snap_json["pipelines"]],
-           "gpu_workers": [s.WorkerSnapshot(**w) for w in snap_json["gpu_workers"]],
-           "devices": [], "allocations": {},
-           "counters": s.CountersSnapshot(**snap_json["counters"]),
-           "buffers": s.BuffersSnapshot(**snap_json["buffers"])})
-    return snapshot_violations(snap)
+    return snapshot_violations(EngineSnapshot.from_json(snap_json))
 
 
 @pytest.mark.slow

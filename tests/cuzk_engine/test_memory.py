@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cuzk_engine.memory import BudgetExceeded, MemoryBudget, format_bytes
+from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, format_bytes
 
 
 def budget(total=1000, **kw):

@@ -4,16 +4,18 @@ checking the DESIGN.md invariants on every snapshot."""
 import dataclasses
 import json
 import random
+import re
 
 import pytest
 
-from cuzk_engine.status import (
+from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
+from cuzk_engine.engine.status import (
     DeviceInfo,
     StatusTracker,
     StatusTransitionError,
     _Worker,
-    snapshot_violations,
 )
+from cuzk_engine.errors import SnapshotFormatError
 
 CPU = [DeviceInfo(0, "cpu", "cpu", "test cpu device")]
 
@@ -289,6 +291,34 @@ def test_to_json_is_the_whole_snapshot_field_by_field():
     assert json.loads(json.dumps(d)) == d
     d["counters"]["queue_depth_by_kind"]["x"] = 1  # the JSON is a copy, not a view
     assert "x" not in snap.counters.queue_depth_by_kind
+
+
+def test_from_json_reads_back_exactly_what_to_json_wrote():
+    t = tracker(memory=lambda: (100, 10))
+    t.srs_update("porep-c2.tiny", 50, "loaded", 0)
+    t.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="high", partitions=2)
+    t.job_started("a")
+    ready(t, "a", 0)
+    t.worker_pickup(0, "a", 0)
+    snap = t.snapshot()
+    wire = json.loads(json.dumps({**snap.to_json(), "added_by_a_newer_engine": 1}))
+    assert EngineSnapshot.from_json(wire) == snap
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda d: d.pop("counters"), "counters"),
+    (lambda d: d["pipelines"][0]["partitions"][1].pop("state"), "pipelines[0].partitions[1]"),
+    (lambda d: d.__setitem__("gpu_workers", {}), "gpu_workers"),
+])
+def test_from_json_names_the_part_that_is_missing_or_misshapen(damage, named):
+    t = tracker()
+    t.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="high", partitions=2)
+    wire = t.snapshot().to_json()
+    damage(wire)
+    with pytest.raises(SnapshotFormatError, match=re.escape(named)):
+        EngineSnapshot.from_json(wire)
 
 
 def test_running_timers_advance_while_unchanged_partitions_are_reused():

@@ -1,6 +1,6 @@
 from django import forms
 
-from cuzk_engine.circuits import KINDS, PROFILES
+from cuzk_engine.vocabulary import KINDS, PROFILES
 from vastmgr.tables import TableForm
 
 from .models import Event, HostAction, Machine

@@ -1,7 +1,7 @@
 """Where an upstream cuzk status snapshot contradicts itself: the lie detector.
 
 Our StatusTracker guarantees invariants on every snapshot (DESIGN.md, "The status model";
-`cuzk_engine.status.snapshot_violations`): a partition is in `gpu` exactly when one proving
+`cuzk_engine.engine.snapshot.snapshot_violations`): a partition is in `gpu` exactly when one proving
 worker holds it, `synthesis.active` equals the partitions synthesizing, the buffer counters are
 the partitions in each phase, memory used stays within the total, every job is counted once and
 leaves the list after the retention period. Curio's Rust daemon breaks each of them in known ways

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from cuzk_engine.circuits import KINDS, PROFILES
+from cuzk_engine.vocabulary import KINDS, PROFILES
 from vastmgr.config import ConfigError
 
 DEFAULT_VAST_URL = "https://console.vast.ai"

@@ -24,9 +24,9 @@ from pathlib import Path
 import aiohttp
 from asgiref.sync import sync_to_async
 
-from cuzk_engine.circuits import KINDS
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import CuzkError
+from cuzk_engine.vocabulary import KINDS
 from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
 

@@ -1,4 +1,6 @@
-"""Priority queues for jobs and for ready partitions.
+"""The engine's two waiting lines: jobs waiting to start, and synthesized partitions waiting
+for a device worker. Both are priority queues; the decisions of what to take live in the
+orchestrator.
 
 Keys are always unique: each entry carries a tiebreak from a counter, so two entries can never
 overwrite each other (cuzk's BTreeMap keyed (job_seq, partition) silently replaced entries that
@@ -13,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-PRIORITY_RANK = {"critical": 0, "high": 1, "normal": 2, "low": 3}
+from cuzk_engine.vocabulary import PRIORITY_RANK
 
 
 def priority_rank(priority: str) -> int:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from cuzk_engine.scheduler import PRIORITY_RANK, JobQueue, PartitionQueue, priority_rank
+from cuzk_engine.engine.queues import JobQueue, PartitionQueue, priority_rank
+from cuzk_engine.vocabulary import PRIORITY_RANK
 
 
 def drain(q):

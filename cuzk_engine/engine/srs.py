@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuzk_engine.engine.memory import MemoryBudget, Reservation
 from cuzk_engine.engine.stages import Stages
+from cuzk_engine.engine.status import StatusTracker
 from cuzk_engine.errors import CuzkError, InvalidRequest
-from cuzk_engine.memory import MemoryBudget, Reservation
-from cuzk_engine.status import StatusTracker
 
 
 class SrsInUse(CuzkError):

@@ -1,0 +1,303 @@
+"""The engine's status as plain data: what ``StatusTracker.snapshot()`` returns, what
+``GET /status`` and the live stream send (``to_json``), and what every reader (the client, the
+dashboard, the tests) turns that JSON back into (``EngineSnapshot.from_json``).
+
+``snapshot_violations`` lists every way a snapshot contradicts the status model; the tests and
+the engine's own checks use it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
+
+from cuzk_engine.errors import SnapshotFormatError
+from cuzk_engine.vocabulary import PARTITION_PHASES
+
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class MemorySnapshot:
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+
+
+@dataclass(slots=True)
+class SynthesisSnapshot:
+    max_concurrent: int
+    active: int
+
+
+class PartitionSnapshot(NamedTuple):
+    """Immutable, so an unchanged partition's object is shared between snapshots; a tuple
+    because a frozen dataclass costs ~15x more to build and running timers rebuild some of these
+    on every snapshot."""
+
+    index: int
+    state: str
+    synth_ms: float | None
+    gpu_ms: float | None
+    finalize_ms: float | None
+    synth_start_ms: float | None  # offsets from the pipeline's submission, for a timeline
+    gpu_start_ms: float | None
+    finalize_start_ms: float | None
+    worker_id: int | None
+
+
+@dataclass(slots=True)
+class PipelineSnapshot:
+    job_id: str
+    request_id: str | None
+    proof_kind: str
+    kind: str
+    profile: str
+    circuit_id: str
+    priority: str
+    status: str
+    error: str | None
+    started_secs_ago: float
+    queued_ms: float | None
+    srs_load_ms: float | None
+    total_partitions: int
+    partitions_done: int
+    partitions: list[PartitionSnapshot]
+
+
+@dataclass(slots=True)
+class WorkerSnapshot:
+    worker_id: int
+    gpu_ordinal: int
+    state: str
+    current_job: str | None
+    current_partition: int | None
+    busy_secs: float | None
+    busy_total_secs: float
+
+
+@dataclass(slots=True)
+class DeviceSnapshot:
+    ordinal: int
+    name: str
+    backend: str
+    description: str
+    workers: list[int]
+
+
+@dataclass(slots=True)
+class AllocationSnapshot:
+    circuit_id: str
+    bytes: int
+    state: str
+    in_use: int
+    last_used_secs_ago: float
+    evictable: bool
+
+
+@dataclass(slots=True)
+class CountersSnapshot:
+    total_completed: int
+    total_failed: int
+    total_cancelled: int
+    completed_by_kind: dict[str, int]
+    failed_by_kind: dict[str, int]
+    cancelled_by_kind: dict[str, int]
+    queue_depth: int
+    queue_depth_by_kind: dict[str, int]
+
+
+@dataclass(slots=True)
+class BuffersSnapshot:
+    synth_in_flight: int  # partitions being synthesized
+    pending_handles: int  # synthesized partitions waiting for a worker
+    provers_in_flight: int  # partitions on a device
+    aux_in_flight: int  # partitions being finalized
+
+
+@dataclass(slots=True)
+class EngineSnapshot:
+    seq: int
+    version: str
+    uptime_secs: float
+    accepting: bool
+    memory: MemorySnapshot
+    synthesis: SynthesisSnapshot
+    pipelines: list[PipelineSnapshot]
+    gpu_workers: list[WorkerSnapshot]
+    devices: list[DeviceSnapshot]
+    allocations: dict[str, list[AllocationSnapshot]]
+    counters: CountersSnapshot
+    buffers: BuffersSnapshot
+
+    def to_json(self) -> dict:
+        """Plain JSON-ready dicts, built directly: ``dataclasses.asdict`` deep-copies every
+        value and took ~25x longer for 100 pipelines x 16 partitions, all on the event loop."""
+        part_names = PartitionSnapshot._fields
+        pipelines = []
+        for p in self.pipelines:
+            d = _as_dict(p)
+            d["partitions"] = [dict(zip(part_names, pt)) for pt in p.partitions]
+            pipelines.append(d)
+        counters = _as_dict(self.counters)
+        for key in ("completed_by_kind", "failed_by_kind", "cancelled_by_kind",
+                    "queue_depth_by_kind"):
+            counters[key] = dict(counters[key])
+        return {
+            "seq": self.seq,
+            "version": self.version,
+            "uptime_secs": self.uptime_secs,
+            "accepting": self.accepting,
+            "memory": _as_dict(self.memory),
+            "synthesis": _as_dict(self.synthesis),
+            "pipelines": pipelines,
+            "gpu_workers": [_as_dict(w) for w in self.gpu_workers],
+            "devices": [{**_as_dict(d), "workers": list(d.workers)} for d in self.devices],
+            "allocations": {kind: [_as_dict(a) for a in allocs]
+                            for kind, allocs in self.allocations.items()},
+            "counters": counters,
+            "buffers": _as_dict(self.buffers),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> EngineSnapshot:
+        """The inverse of ``to_json``; raises ``SnapshotFormatError`` naming the first part that
+        is missing or of the wrong shape. Keys it does not know are ignored, so an older reader
+        accepts a newer engine's snapshot."""
+        d = _object(data, "snapshot")
+        pipelines = []
+        for i, raw in enumerate(_list(d, "pipelines")):
+            p = _object(raw, f"pipelines[{i}]")
+            parts = [PartitionSnapshot(*_values(PartitionSnapshot._fields, pt,
+                                                f"pipelines[{i}].partitions[{j}]"))
+                     for j, pt in enumerate(_list(p, "partitions"))]
+            pipelines.append(_build(PipelineSnapshot, p, f"pipelines[{i}]", partitions=parts))
+        devices = [_build(DeviceSnapshot, raw, f"devices[{i}]")
+                   for i, raw in enumerate(_list(d, "devices"))]
+        by_kind = _object(d.get("allocations"), "allocations")
+        allocations = {kind: [_build(AllocationSnapshot, a, f"allocations.{kind}[{i}]")
+                              for i, a in enumerate(_list(by_kind, kind))]
+                       for kind in by_kind}
+        return _build(
+            cls, d, "snapshot",
+            memory=_build(MemorySnapshot, d.get("memory"), "memory"),
+            synthesis=_build(SynthesisSnapshot, d.get("synthesis"), "synthesis"),
+            pipelines=pipelines,
+            gpu_workers=[_build(WorkerSnapshot, w, f"gpu_workers[{i}]")
+                         for i, w in enumerate(_list(d, "gpu_workers"))],
+            devices=devices,
+            allocations=allocations,
+            counters=_build(CountersSnapshot, d.get("counters"), "counters"),
+            buffers=_build(BuffersSnapshot, d.get("buffers"), "buffers"),
+        )
+
+
+@functools.cache
+def _field_reader(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple]]:
+    names = tuple(f.name for f in fields(cls))
+    return names, attrgetter(*names)
+
+
+def _as_dict(obj) -> dict:
+    """A flat dataclass as a dict (one level: nested values are handled by the caller)."""
+    names, get = _field_reader(type(obj))
+    return dict(zip(names, get(obj)))
+
+
+def _object(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SnapshotFormatError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(source: dict[str, Any], key: str) -> list[Any]:
+    value = source.get(key)
+    if not isinstance(value, list):
+        raise SnapshotFormatError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _values(names: tuple[str, ...], raw: object, where: str) -> list[Any]:
+    d = _object(raw, where)
+    missing = [n for n in names if n not in d]
+    if missing:
+        raise SnapshotFormatError(f"{where}: missing {', '.join(missing)}")
+    return [d[n] for n in names]
+
+
+def _build(cls: type[_T], raw: object, where: str, **nested: Any) -> _T:
+    """A flat dataclass from its JSON object; ``nested`` supplies the fields already converted."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    d = {**_object(raw, where), **nested}
+    return cls(*_values(names, d, where))
+
+
+def snapshot_violations(snap: EngineSnapshot) -> list[str]:
+    """Every way a snapshot can contradict the status model; empty when it tells the truth."""
+    bad: list[str] = []
+    holders: dict[tuple[str, int], list[int]] = {}
+    for w in snap.gpu_workers:
+        if w.state == "proving":
+            if w.current_job is None or w.current_partition is None or w.busy_secs is None:
+                bad.append(f"worker {w.worker_id} proving without a job/partition/busy time")
+                continue
+            holders.setdefault((w.current_job, w.current_partition), []).append(w.worker_id)
+        elif w.current_job is not None or w.current_partition is not None or w.busy_secs is not None:
+            bad.append(f"idle worker {w.worker_id} still names {w.current_job}/{w.current_partition}")
+    counts = dict.fromkeys(PARTITION_PHASES, 0)
+    seen: set[tuple[str, int]] = set()
+    queued = 0
+    for p in snap.pipelines:
+        states = [pt.state for pt in p.partitions]
+        for pt in p.partitions:
+            counts[pt.state] += 1
+            key = (p.job_id, pt.index)
+            if pt.state == "gpu":
+                seen.add(key)
+                ws = holders.get(key, [])
+                if len(ws) != 1:
+                    bad.append(f"{p.job_id}/{pt.index} in gpu held by workers {ws}")
+                elif pt.worker_id != ws[0]:
+                    bad.append(f"{p.job_id}/{pt.index} names worker {pt.worker_id}, held by {ws}")
+        if p.partitions_done != states.count("done"):
+            bad.append(f"{p.job_id}: partitions_done {p.partitions_done} != {states.count('done')}")
+        if p.status == "queued":
+            queued += 1
+            if any(s != "pending" for s in states):
+                bad.append(f"{p.job_id}: queued with partitions {states}")
+        if p.status == "done" and any(s != "done" for s in states):
+            bad.append(f"{p.job_id}: done with partitions {states}")
+        if p.status in ("failed", "cancelled") and any(s in ("pending", "synth_done")
+                                                       for s in states):
+            bad.append(f"{p.job_id}: {p.status} but partitions still waiting: {states}")
+        if p.status in ("queued", "running") and any(s in ("failed", "cancelled")
+                                                     for s in states):
+            bad.append(f"{p.job_id}: {p.status} with settled-bad partitions {states}")
+        if p.status == "failed" and not p.error:
+            bad.append(f"{p.job_id}: failed without a reason")
+    for key, ws in holders.items():
+        if key not in seen:
+            bad.append(f"workers {ws} prove {key[0]}/{key[1]} which is not in gpu")
+    if snap.synthesis.active != counts["synthesizing"]:
+        bad.append(f"synthesis.active {snap.synthesis.active} != {counts['synthesizing']}")
+    b = snap.buffers
+    if (b.synth_in_flight, b.pending_handles, b.provers_in_flight, b.aux_in_flight) != (
+        counts["synthesizing"], counts["synth_done"], counts["gpu"], counts["finalizing"]
+    ):
+        bad.append(f"buffers {b} disagree with partition phases {counts}")
+    m = snap.memory
+    if not 0 <= m.used_bytes <= m.total_bytes:
+        bad.append(f"memory used {m.used_bytes} outside 0..{m.total_bytes}")
+    c = snap.counters
+    for total, by_kind, name in ((c.total_completed, c.completed_by_kind, "completed"),
+                                 (c.total_failed, c.failed_by_kind, "failed"),
+                                 (c.total_cancelled, c.cancelled_by_kind, "cancelled"),
+                                 (c.queue_depth, c.queue_depth_by_kind, "queue_depth")):
+        if total != sum(by_kind.values()):
+            bad.append(f"counters.{name} {total} != sum by kind {by_kind}")
+    if c.queue_depth != queued:
+        bad.append(f"queue_depth {c.queue_depth} != queued pipelines {queued}")
+    return bad
