@@ -33,7 +33,7 @@ class Machine(models.Model):
 
     # A local engine needs no provisioning, so `registered` may go straight to `running`;
     # a failed provisioning step returns the host to `registered` for another try.
-    TRANSITIONS = {
+    TRANSITIONS: dict[str, set[str]] = {
         State.REGISTERED: {State.PROVISIONING, State.RUNNING, State.KILLED},
         State.PROVISIONING: {State.PARAMS_READY, State.REGISTERED, State.KILLED},
         State.PARAMS_READY: {State.BENCHMARKED, State.PROVISIONING, State.KILLED},
@@ -277,8 +277,9 @@ class HostLease(models.Model):
         watchable = Machine.objects.filter(enabled=True).exclude(state=Machine.State.KILLED)
         with transaction.atomic():
             present = set(cls.objects.values_list("machine_id", flat=True))
+            # django-stubs types cls(...) as HostLease, not Self (typeddjango/django-stubs#3401).
             cls.objects.bulk_create(
-                [cls(machine_id=machine_id) for machine_id in
+                [cls(machine_id=machine_id) for machine_id in  # type: ignore[misc]
                  watchable.exclude(pk__in=present).values_list("pk", flat=True)],
                 ignore_conflicts=True)
             cls.objects.filter(owner=owner).exclude(machine__in=watchable).update(

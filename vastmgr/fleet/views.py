@@ -5,12 +5,14 @@ from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from vastmgr.http import AuthenticatedHttpRequest
+
 from .controller import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
 
 
-def fleet(request):
+def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
     now = time.time()
     hosts = fragments.load_hosts(now)
     return render(request, "fleet/fleet.html", {
@@ -18,17 +20,18 @@ def fleet(request):
     })
 
 
-def fleet_fragment(request):
+def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The socket's full state over plain HTTP: the browser's fallback while the socket is down."""
     return HttpResponse(fragments.render_fleet())
 
 
-def host(request, machine_id):
+def host(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=machine_id)
     return _host_page(request, machine, SrsActionForm())
 
 
-def _host_page(request, machine: Machine, srs_form: SrsActionForm, status: int = 200):
+def _host_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
+               status: int = 200) -> HttpResponse:
     return render(request, "fleet/host.html", {
         "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
         "circuit_pattern": SrsActionForm.circuit_pattern(),
@@ -36,19 +39,19 @@ def _host_page(request, machine: Machine, srs_form: SrsActionForm, status: int =
     }, status=status)
 
 
-def host_fragment(request, machine_id):
+def host_fragment(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id),
                                     request.GET.get("window")))
 
 
-def host_charts(request, machine_id):
+def host_charts(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     """The charts alone, for the window picker (`?window=15m|1h|24h`)."""
     machine = get_object_or_404(Machine, pk=machine_id)
     return HttpResponse(fragments.render_host_charts(
         machine, window=fragments.chart_window(request.GET.get("window"))))
 
 
-def machine_state(request, machine_id):
+def machine_state(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     """The lifecycle state badge, re-read by pages that show it in their heading."""
     machine = get_object_or_404(Machine, pk=machine_id)
     return render(request, "fragments/machine_state.html", {"machine": machine})
@@ -61,7 +64,7 @@ def _host_state(machine: Machine, window: str | None = None) -> str:
 
 
 @require_POST
-def host_srs(request, machine_id):
+def host_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     if not request.user.is_staff:
         return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
                                      content_type="text/plain; charset=utf-8")
@@ -78,7 +81,7 @@ def host_srs(request, machine_id):
     return _host_page(request, machine, form, status=400)
 
 
-def events(request):
+def events(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = EventListForm(request.GET)
     context = {"form": form, "sorts": form.sort_links()}
     if not form.is_valid():
@@ -87,6 +90,6 @@ def events(request):
     return render(request, "fleet/events.html", context)
 
 
-def offers(request):
+def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Offers live in the remote app (Vast search and rent); keep the short URL working."""
     return redirect("remote:offers", permanent=True)

@@ -3,11 +3,14 @@ import json
 import re
 import tarfile
 import time
+from typing import Any
+from uuid import UUID
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,6 +22,7 @@ from cuzk_engine.vocabulary import DEFAULT_PRIORITIES
 from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
+from vastmgr.http import AuthenticatedHttpRequest
 
 from .forms import ProofListForm, TestProofForm
 from .models import MAX_SEED, ProofJob
@@ -27,7 +31,7 @@ ARCHIVE_NAME = "proof.tar.gz"
 FILES = ("proof.bin", "vk.json", "public_inputs.json")
 
 
-def proof_list(request):
+def proof_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ProofListForm(request.GET)
     context = {"form": form, "sorts": form.sort_links(),
                "percentiles": ProofJob.duration_percentiles()}
@@ -40,7 +44,7 @@ def proof_list(request):
     return render(request, "proofs/list.html", context)
 
 
-def filtered_jobs(params: dict):
+def filtered_jobs(params: dict[str, Any]) -> QuerySet[ProofJob]:
     jobs = ProofJob.objects.select_related("machine").annotate(duration_sort=ExpressionWrapper(
         Coalesce(F("finished_at"), Now()) - F("started_at"), output_field=DurationField()))
     for name in ("status", "kind", "machine"):
@@ -56,17 +60,17 @@ def filtered_jobs(params: dict):
     return jobs
 
 
-def proof_detail(request, job_id):
+def proof_detail(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
     return render(request, "proofs/detail.html", {"job": job, "state_html": fragments.render_proof(job)})
 
 
-def proof_fragment(request, job_id):
+def proof_fragment(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
     return HttpResponse(fragments.render_proof(job))
 
 
-def proof_download(request, job_id, name):
+def proof_download(request: AuthenticatedHttpRequest, job_id: UUID, name: str) -> HttpResponse:
     """One file under its plain name, or all three in one tar.gz that `python -m cuzk_engine
     verify DIR` accepts once unpacked into DIR."""
     job = get_object_or_404(ProofJob, pk=job_id)
@@ -105,14 +109,14 @@ def proof_archive(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _job_for_action(request, job_id) -> ProofJob:
+def _job_for_action(request: AuthenticatedHttpRequest, job_id: UUID) -> ProofJob:
     job = get_object_or_404(ProofJob, pk=job_id)
     if not job.may_be_changed_by(request.user):
         raise PermissionDenied("Only staff or the person who started this proof may change it.")
     return job
 
 
-def _back_to(request, fallback: str):
+def _back_to(request: AuthenticatedHttpRequest, fallback: str) -> HttpResponse:
     """After an action: where the form said (the list keeps its filters), else the proof."""
     target = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(target, allowed_hosts=None) or not target.startswith("/"):
@@ -125,7 +129,7 @@ def _back_to(request, fallback: str):
 
 
 @require_POST
-def proof_cancel(request, job_id):
+def proof_cancel(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     with transaction.atomic():
         job = _job_for_action(request, job_id)
         job = ProofJob.objects.select_for_update().get(pk=job.pk)
@@ -140,7 +144,7 @@ def proof_cancel(request, job_id):
 
 
 @require_POST
-def proof_retry(request, job_id):
+def proof_retry(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     job = _job_for_action(request, job_id)
     if not job.can_retry:
         messages.error(request, f"Only a failed or cancelled proof can be retried; this one is {job.status}.")
@@ -154,7 +158,7 @@ def proof_retry(request, job_id):
     return _back_to(request, reverse("proof", args=[retry.pk]))
 
 
-def new_proof(request):
+def new_proof(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TestProofForm(request.POST or None, initial={"machine": request.GET.get("machine")})
     if request.method == "POST" and form.is_valid():
         jobs, reason = create_jobs(form, request.user)
@@ -170,7 +174,7 @@ def new_proof(request):
     return render(request, "proofs/new.html", {"form": form}, status=400 if form.errors else 200)
 
 
-def create_jobs(form: TestProofForm, user) -> tuple[list[ProofJob], str | None]:
+def create_jobs(form: TestProofForm, user: User) -> tuple[list[ProofJob], str | None]:
     """Queue the requested proofs; when no engine can take them now, fail them with the reason
     at once, so the operator sees why instead of a job waiting forever."""
     data = form.cleaned_data

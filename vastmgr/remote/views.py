@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
 from .forms import AddHostForm, ApiKeyForm, CommandForm, OfferSearchForm
@@ -25,7 +26,7 @@ ENGINE_STOP_TIMEOUT_S = 90
 
 
 @staff_member_required
-def add_host(request):
+def add_host(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = AddHostForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -49,7 +50,7 @@ def add_host(request):
     return render(request, "remote/add_host.html", {"form": form})
 
 
-def machine_detail(request, pk):
+def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     remote = RemoteHost.for_machine(machine)
     return render(request, "remote/machine.html", {
@@ -58,13 +59,13 @@ def machine_detail(request, pk):
     })
 
 
-def machine_events(request, pk):
+def machine_events(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     return render(request, "remote/_events.html", {"events": machine.events.all()[:100]})
 
 
 @staff_member_required
-def machine_log(request, pk):
+def machine_log(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The engine log's tail over the machine's pooled SSH connection (no login per poll)."""
     machine = get_object_or_404(Machine, pk=pk)
     if machine.provider == Machine.Provider.LOCAL:
@@ -89,7 +90,7 @@ ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
 
 @staff_member_required
 @require_POST
-def machine_action(request, pk, action):
+def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     user = request.user.get_username()
     if machine.provider == Machine.Provider.LOCAL and (action in ACTIONS or action == "clear-host-key"):
@@ -112,7 +113,7 @@ def machine_action(request, pk, action):
     elif action in ACTIONS:
         Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
 
-        async def run():
+        async def run() -> None:
             try:
                 await getattr(_provisioner(machine.pk), ACTIONS[action])()
             except ProvisionError as exc:
@@ -159,7 +160,7 @@ async def _stop_remote_engine(machine_id: int) -> None:
 
 
 @staff_member_required
-def run_command(request):
+def run_command(request: AuthenticatedHttpRequest) -> HttpResponse:
     """A command on the chosen hosts at once: output and exit status per host, one audit Event."""
     form = CommandForm(request.POST or None)
     results = []
@@ -167,7 +168,7 @@ def run_command(request):
         machines = list(form.cleaned_data["machines"])
         output: dict[int, list[str]] = {m.pk: [] for m in machines}
 
-        async def on_line(machine_id, line):
+        async def on_line(machine_id: int, line: str) -> None:
             output[machine_id].append(line)
         timeout = form.cleaned_data["timeout"]
         statuses = background.run(lambda: run_on_hosts(
@@ -178,7 +179,7 @@ def run_command(request):
     return render(request, "remote/command.html", {"form": form, "results": results})
 
 
-def offers(request):
+def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     key_form = ApiKeyForm()
     search = OfferSearchForm(request.GET or None)
     results, error = [], ""
@@ -198,7 +199,7 @@ def offers(request):
 
 @staff_member_required
 @require_POST
-def set_api_key(request):
+def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST)
     if form.is_valid():
         Secret.store(Secret.VAST_API_KEY, form.cleaned_data["api_key"])
@@ -211,7 +212,7 @@ def set_api_key(request):
 
 @staff_member_required
 @require_POST
-def rent_offer(request, offer_id):
+def rent_offer(request: AuthenticatedHttpRequest, offer_id: int) -> HttpResponse:
     try:
         client = vast.VastClient.from_settings()
         # Looked up by id, so any offer in the market can be rented, priced with the disk the
