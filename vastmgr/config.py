@@ -59,7 +59,7 @@ def secret_key(data: Path) -> str:
     return key
 
 
-def database(data: Path) -> dict:
+def database(data: Path) -> dj_database_url.DBConfig:
     url = os.environ.get("DATABASE_URL")
     if not url:
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3")}

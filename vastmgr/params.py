@@ -3,7 +3,8 @@ NUL refused for every view (RejectNulMiddleware), admin lookups limited to the s
 List pages validate their own parameters with forms (vastmgr/tables.py).
 """
 
-from django.http import HttpResponseBadRequest
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponseBadRequest
 
 MAX_ID = 2**63 - 1  # the largest primary key any of our databases stores
 
@@ -31,13 +32,13 @@ class RejectNulMiddleware:
         return self.get_response(request)
 
 
-class FilterLookupsOnly:
-    """A ModelAdmin mixin: the changelist accepts from the query string only lookups on its
+class FilterLookupsOnly(admin.ModelAdmin):
+    """A ModelAdmin whose changelist accepts from the query string only lookups on its
     sidebar filters' fields. Django's admin otherwise runs any local-field lookup a URL names
     (``?proof__exact=x`` on a binary field, ``?machine__exact=`` past the id range) and the
     database raises while the page renders: a 500. Refused lookups are a 400."""
 
-    def lookup_allowed(self, lookup, value, request=None):
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         name = lookup.split("__", 1)[0]
         if name not in self.list_filter:
             return False

@@ -1,8 +1,11 @@
 """Server-side tables: sort, search and pagination from validated query parameters."""
 
+from typing import cast
+
 from django import forms
 from django.core.paginator import Page, Paginator
 from django.db.models import F
+from django.http import QueryDict
 
 
 class TableForm(forms.Form):
@@ -20,7 +23,7 @@ class TableForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["sort"].choices = [("", "")] + [
+        cast(forms.ChoiceField, self.fields["sort"]).choices = [("", "")] + [
             (f"{sign}{key}", key) for key in self.SORTS for sign in ("", "-")]
 
     def ordering(self) -> list:
@@ -39,7 +42,7 @@ class TableForm(forms.Form):
 
     def query_without(self, *names: str) -> str:
         """This table's query string minus some parameters: the base of sort and page links."""
-        params = self.data.copy()
+        params = cast(QueryDict, self.data).copy()  # a table is always bound to request.GET
         for name in names:
             params.pop(name, None)
         return params.urlencode()

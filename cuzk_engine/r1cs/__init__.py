@@ -100,8 +100,10 @@ class ConstraintSystem:
         if self._sealed:
             raise RuntimeError("constraint system is sealed")
         if values is None:
+            assert a is not None and b is not None and c is not None, "no values: a, b, c needed"
             values = (lc_eval(a, self.values), lc_eval(b, self.values), lc_eval(c, self.values))
         if self.matrices:
+            assert a is not None and b is not None and c is not None, "the matrices need a, b, c"
             self.a.append(a)
             self.b.append(b)
             self.c.append(c)

@@ -26,7 +26,7 @@ class MachineAdminForm(forms.ModelForm):
 
 
 @admin.register(Machine)
-class MachineAdmin(FilterLookupsOnly, admin.ModelAdmin):
+class MachineAdmin(FilterLookupsOnly):
     form = MachineAdminForm
     list_display = ["name", "provider", "engine_flavour", "host", "state", "gpu_name", "gpu_count",
                     "last_seen"]
@@ -36,7 +36,7 @@ class MachineAdmin(FilterLookupsOnly, admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(FilterLookupsOnly, admin.ModelAdmin):
+class EventAdmin(FilterLookupsOnly):
     list_display = ["time", "level", "kind", "machine", "message"]
     list_filter = ["level", "kind"]
     search_fields = ["message"]

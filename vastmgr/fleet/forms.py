@@ -1,3 +1,5 @@
+from typing import cast
+
 from django import forms
 
 from cuzk_engine.vocabulary import KINDS, PROFILES
@@ -49,7 +51,8 @@ class EventListForm(TableForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         kinds = Event.objects.order_by("kind").values_list("kind", flat=True).distinct()
-        self.fields["kind"].choices = [("", "any kind")] + [(k, k) for k in kinds]
+        cast(forms.ChoiceField, self.fields["kind"]).choices = [("", "any kind")] + [
+            (k, k) for k in kinds]
 
     def events(self):
         events = Event.objects.select_related("machine")

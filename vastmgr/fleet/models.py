@@ -43,7 +43,8 @@ class Machine(models.Model):
         State.KILLED: set(),
     }
 
-    name = models.CharField(max_length=100, unique=True)
+    NAME_MAX_LENGTH = 100
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
     provider = models.CharField(max_length=10, choices=Provider.choices, default=Provider.SSH)
     host = models.CharField(max_length=255, blank=True, help_text="Hostname or IP for SSH")
     ssh_port = models.PositiveIntegerField(default=22)

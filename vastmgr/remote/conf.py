@@ -6,6 +6,7 @@ Minutes everywhere, because that is how operators think about host timeouts.
 import os
 import shlex
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from django.conf import settings
 
@@ -24,7 +25,10 @@ DEFAULT_STATE_TIMEOUTS_MIN = {
 }
 
 
-def _env_float(name: str, default: float | None) -> float | None:
+Default = TypeVar("Default", float, None)
+
+
+def _env_float(name: str, default: Default) -> float | Default:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default

@@ -1,3 +1,5 @@
+from typing import Any
+
 import asyncssh
 from django import forms
 
@@ -47,8 +49,9 @@ class AddHostForm(forms.Form):
     def clean_engine_port(self):
         return self.cleaned_data["engine_port"] or DEFAULT_ENGINE_PORT
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         key, key_file = data.get("private_key", "").strip(), data.get("key_file", "").strip()
         if bool(key) == bool(key_file):
             raise forms.ValidationError("give either a private key or a key file, not both")
@@ -81,7 +84,7 @@ class ApiKeyForm(forms.Form):
         return key
 
     def error_message(self) -> str:
-        return "; ".join(e for errors in self.errors.values() for e in errors)
+        return "; ".join(str(e) for errors in self.errors.values() for e in errors)
 
 
 class OfferSearchForm(forms.Form):

@@ -86,8 +86,10 @@ def vast_down(settings: RemoteSettings, now: datetime) -> list[Verdict]:
     for remote in RemoteHost.objects.filter(
             machine__provider=Machine.Provider.VAST, vast_down_since__isnull=False).exclude(
             machine__state=Machine.State.KILLED).select_related("machine"):
-        minutes = (now - remote.vast_down_since).total_seconds() / 60
-        if now - remote.vast_down_since > limit:
+        assert remote.vast_down_since is not None  # the filter above
+        down_for = now - remote.vast_down_since
+        minutes = down_for.total_seconds() / 60
+        if down_for > limit:
             verdicts.append(Verdict(remote.machine_id, f"{remote.last_error or 'instance down'} "
                                                        f"for {minutes:.0f} min (grace "
                                                        f"{settings.vast_down_grace_min:g} min)"))
@@ -188,15 +190,15 @@ class Automation:
         for alert in found:
             await alerts.send(alert, self.settings.alert_webhook_url)
         if self.links is not None:
-            await self.revive_crashed(now)
+            await self.revive_crashed(self.links, now)
 
-    async def revive_crashed(self, now: datetime) -> None:
+    async def revive_crashed(self, links: LinkPool, now: datetime) -> None:
         """Restart engines that died on reachable hosts (bounded tries, each an Event)."""
         from .provision import Provisioner
 
         for machine_id, tries in await sync_to_async(engines_to_revive)(now):
             try:
-                await Provisioner(machine_id, link=self.links.get(machine_id),
+                await Provisioner(machine_id, link=links.get(machine_id),
                                   automation=self).revive(tries + 1, REVIVE_TRIES)
             except SSHError:
                 pass  # the link recorded it; nothing to restart on a host we cannot reach

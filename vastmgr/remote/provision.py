@@ -254,8 +254,9 @@ class Provisioner:
         await self._event(f"provisioning failed at {message}", Event.Level.ERROR)
         await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(last_error=message)
         machine = await self._machine()
-        target = {Machine.State.PROVISIONING: Machine.State.REGISTERED,
-                  Machine.State.PARAMS_READY: Machine.State.PROVISIONING}.get(machine.state)
+        step_back: dict[str, str] = {Machine.State.PROVISIONING: Machine.State.REGISTERED,
+                                     Machine.State.PARAMS_READY: Machine.State.PROVISIONING}
+        target = step_back.get(machine.state)
         if target:
             await sync_to_async(machine.transition)(target, reason=message)
 

@@ -10,9 +10,10 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 from asgiref.sync import sync_to_async
@@ -118,7 +119,9 @@ async def _presented_key(target: SSHTarget) -> str:
 async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
     """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin.
     Failures are raised, not recorded: MachineLink records one Event per outage."""
-    known_hosts, key_algs = None, HOST_KEY_PREFERENCE
+    # No known_hosts: the first key is pinned below. A pin is the only key accepted.
+    known_hosts: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None = None
+    key_algs: Sequence[str] = HOST_KEY_PREFERENCE
     if target.pinned_key:
         try:
             pinned = asyncssh.import_public_key(target.pinned_key)
@@ -151,6 +154,7 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
         raise SSHError(message) from None
     if not target.pinned_key:
         host_key = conn.get_server_host_key()
+        assert host_key is not None, "only GSS key exchange has no host key; it is never offered"
         await sync_to_async(_pin)(target.machine_id, host_key.export_public_key().decode().strip())
     return conn
 
@@ -206,13 +210,9 @@ class MachineLink:
         machine = await Machine.objects.aget(pk=self.machine_id)
         return await sync_to_async(load_target)(machine)
 
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None and not self._conn.is_closed()
-
     async def connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
-            if self.connected:
+            if self._conn is not None and not self._conn.is_closed():
                 return self._conn
             self._tunnels.clear()
             delays = self.backoff.delays()

@@ -17,10 +17,12 @@ import math
 import random
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import aiohttp
 import asyncssh
@@ -147,9 +149,9 @@ class OfferFilter:
     limit: int = 50
     order: tuple = (("dph_total", "asc"),)
 
-    def query(self) -> dict:
+    def query(self) -> dict[str, Any]:
         """The search body, as the official client builds it (units, names, defaults)."""
-        q = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
+        q: dict[str, dict[str, Any]] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
              "rented": {"eq": False}}
         if self.offer_id is not None:
             q["id"] = {"eq": int(self.offer_id)}
@@ -176,9 +178,9 @@ class VastClient:
     base_url: str
     retry: RetryPolicy = INTERACTIVE
     timeout_s: float = 120
-    sleep: object = field(default=asyncio.sleep, repr=False)
-    jitter: object = field(default=random.random, repr=False)
-    wallclock: object = field(default=time.time, repr=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, repr=False)
+    jitter: Callable[[], float] = field(default=random.random, repr=False)
+    wallclock: Callable[[], float] = field(default=time.time, repr=False)
 
     def __post_init__(self):
         if not self.api_key:
@@ -229,7 +231,8 @@ class VastClient:
             async with http.request(method, self.base_url + path, json=body, params=query,
                                     headers=self._headers()) as response:
                 raw = await response.read()
-                reply = _Reply(status=response.status, retry_after=parse_retry_after(
+                status = response.status
+                reply = _Reply(status=status, retry_after=parse_retry_after(
                     response.headers.get("Retry-After"), self.wallclock()))
         except (aiohttp.ClientError, TimeoutError) as exc:
             # A dropped connection, a timeout, a truncated body, a malformed HTTP answer.
@@ -239,7 +242,7 @@ class VastClient:
                 reply.payload = json.loads(raw)
             except ValueError:
                 reply.text = raw[:300].decode(errors="replace").strip()
-                if 200 <= reply.status < 300:
+                if 200 <= status < 300:
                     reply.problem = f"the response is not JSON: {reply.text[:100]!r}"
         return reply
 

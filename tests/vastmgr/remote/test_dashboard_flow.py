@@ -260,7 +260,7 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         mark = await last_event_id()
         links = LinkPool()
         try:
-            await Automation(links=links).revive_crashed(timezone.now())
+            await Automation().revive_crashed(links, timezone.now())
         finally:
             await links.close()
         log = await event_log(machine)

@@ -53,7 +53,7 @@ def parse_engine_url(url: str) -> tuple[str, int]:
 
 def _reachable_directly(host: str) -> bool:
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except socket.gaierror as exc:
         raise CommandError(f"bad --engine-url: cannot resolve {host!r} ({exc.strerror})") from None
     return all(_private(address) for address in addresses)
@@ -92,8 +92,8 @@ class Command(BaseCommand):
 
     def handle_add(self, *, name, engine_url, flavour, token, **options):
         name = name.strip()
-        if not name or len(name) > Machine._meta.get_field("name").max_length:
-            raise CommandError("--name must be 1 to 100 characters")
+        if not name or len(name) > Machine.NAME_MAX_LENGTH:
+            raise CommandError(f"--name must be 1 to {Machine.NAME_MAX_LENGTH} characters")
         host, port = parse_engine_url(engine_url)
         with transaction.atomic():
             if Machine.objects.filter(name=name).exists():

@@ -60,6 +60,7 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         session = engine_session()
+        publisher: LayerPublisher | RelayPublisher
         if uses_shared_layer():
             publisher = LayerPublisher()
             where = "the shared channel layer"

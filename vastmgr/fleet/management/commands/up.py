@@ -108,12 +108,21 @@ class Child:
     restarts: collections.deque = field(default_factory=collections.deque)
 
     @property
+    def exit_code(self) -> int | None:
+        """How its process ended; None while it runs or before it first started."""
+        return None if self.proc is None else self.proc.poll()
+
+    @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.exit_code is None
 
     def send(self, signum: int) -> None:
-        if self.running:
+        if self.proc is not None and self.exit_code is None:
             self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.exit_code is None:
+            self.proc.kill()
 
     def wait(self, timeout: float) -> bool:
         if self.proc is None:
@@ -203,11 +212,12 @@ class Command(BaseCommand):
                 if now >= child.restart_at:
                     self.start(child)
                 continue
-            if child.proc.poll() is not None:
+            if child.exit_code is not None:
                 self.schedule_restart(child, now)
 
     def schedule_restart(self, child: Child, now: float) -> None:
-        code = child.proc.returncode
+        code = child.exit_code
+        assert code is not None, "only a child that exited is restarted"
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
         if now - child.started >= STABLE_AFTER:
             child.backoff = BACKOFF_FIRST
@@ -261,7 +271,7 @@ class Command(BaseCommand):
             engine.send(signal.SIGTERM)
             if not engine.wait(STOP_GRACE_SECONDS):
                 self.stderr.write(f"engine did not stop in {drain_timeout:g}s; killing it")
-                engine.proc.kill()
+                engine.kill()
         for child in others:
             if child.restart_at is not None:
                 child.given_up = True  # waiting for a restart: stays down
@@ -271,7 +281,7 @@ class Command(BaseCommand):
             if not child.wait(deadline - time.monotonic()):
                 self.stderr.write(f"{child.name} did not stop in {STOP_GRACE_SECONDS:g}s; "
                                   "killing it")
-                child.proc.kill()
+                child.kill()
         for child in self.children:
             child.wait(STOP_GRACE_SECONDS)
         self.stdout.write("stopped")
