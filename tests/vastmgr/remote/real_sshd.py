@@ -25,6 +25,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from tests.conftest import eventually
+
 SSHD = Path("/usr/sbin/sshd")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -221,13 +223,14 @@ class RealSSHD:
                     os.kill(int(process.split()[0]), signal.SIGKILL)
 
     def remove_user(self) -> None:
-        for _ in range(3):
+        def none_left() -> bool:
+            # A process may start another between the listing and the kill: kill until none is.
             for process in self.user_processes():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(process.split()[0]), signal.SIGKILL)
-            if not self.user_processes():
-                break
-            time.sleep(0.2)
+            return not self.user_processes()
+
+        eventually(none_left, 10, f"every process of {self.user} killed", every=0.05)
         subprocess.run(["userdel", "--remove", self.user], check=False,
                        stderr=subprocess.DEVNULL)
 

@@ -25,6 +25,7 @@ from vastmgr.remote import background, provision
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import RemoteHost
 from vastmgr.remote.ssh import LinkPool
+from vastmgr.remote.transport import shared_pool
 
 from .real_sshd import RealSSHD, copy_sources, host_python
 
@@ -278,7 +279,9 @@ async def test_the_life_of_an_ssh_host_on_real_openssh(host, client_key, tmp_pat
         await event_appears(machine, "cannot connect", after_event=mark, timeout=30)
         await wait_until(database_sync_to_async(lambda: HostStatus.objects.filter(
             machine=machine, connected=False).exists()), timeout=30)
-        await asyncio.sleep(5)  # several retries fail meanwhile
+        # Several retries fail meanwhile: the controller's link to the host counts them.
+        link = shared_pool.get(machine.pk)
+        await wait_until(lambda: link._outage is not None and link._outage[1] >= 3, timeout=30)
         host.start()
         back = time.monotonic()
         await wait_until(shown_live(machine), timeout=30, every=0.05)
