@@ -1,11 +1,17 @@
 """A small state-machine helper shared by models whose status moves along fixed edges."""
 
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
+
 
 class IllegalTransition(ValueError):
     """Raised when a model is asked to move to a state its current state cannot reach."""
 
 
-def check_transition(label: str, allowed: dict[str, set[str]], current: str, target: str) -> None:
+def check_transition(label: str, allowed: Mapping[Any, AbstractSet[str]], current: str,
+                     target: str) -> None:
+    """`allowed`: each state's reachable states; its keys are a model's TextChoices members."""
     if target not in allowed:
         raise IllegalTransition(f"{label}: unknown state {target!r}")
     if target not in allowed[current]:

@@ -33,7 +33,7 @@ class Machine(models.Model):
 
     # A local engine needs no provisioning, so `registered` may go straight to `running`;
     # a failed provisioning step returns the host to `registered` for another try.
-    TRANSITIONS: dict[str, set[str]] = {
+    TRANSITIONS = {
         State.REGISTERED: {State.PROVISIONING, State.RUNNING, State.KILLED},
         State.PROVISIONING: {State.PARAMS_READY, State.REGISTERED, State.KILLED},
         State.PARAMS_READY: {State.BENCHMARKED, State.PROVISIONING, State.KILLED},
