@@ -30,6 +30,11 @@ def pipeline_phase(pipeline: dict) -> str:
     return status
 
 
+class ProofJobQuerySet(models.QuerySet):
+    def in_flight(self) -> ProofJobQuerySet:
+        return self.filter(status__in=ProofJob.IN_FLIGHT)
+
+
 class ProofJob(models.Model):
     """One test proof requested from the dashboard, dispatched to one machine's engine."""
 
@@ -60,6 +65,8 @@ class ProofJob(models.Model):
         CANCELLED = "cancelled"
 
     FINAL = {Status.DONE, Status.FAILED, Status.CANCELLED}
+    # On an engine: the controller waits for its result there.
+    IN_FLIGHT = (Status.DISPATCHED, Status.RUNNING)
     # dispatched/running may fall back to queued when their machine goes offline for too long.
     TRANSITIONS = {
         Status.QUEUED: {Status.DISPATCHED, Status.FAILED, Status.CANCELLED},
@@ -113,6 +120,8 @@ class ProofJob(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
     )
 
+    objects = ProofJobQuerySet.as_manager()
+
     class Meta:
         ordering = ["-submitted_at"]
 
@@ -141,6 +150,18 @@ class ProofJob(models.Model):
 
     def fail(self, error: str, **fields) -> None:
         self.move_to(self.Status.FAILED, error=error, **fields)
+
+    def requeue(self, reason: str) -> None:
+        """Its engine lost it (or will never finish it): back to the queue, unless an operator
+        asked to cancel it, which the loss completes."""
+        if self.cancel_requested:
+            self.move_to(self.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
+            return
+        machine = self.machine
+        self.move_to(self.Status.QUEUED, engine_job_id="", progress=None)
+        waits = f"; it waits for {machine.name}, the machine its user chose" if self.pinned else ""
+        Event.record("proof", f"proof {self.pk} re-queued from {machine.name}: {reason}{waits}",
+                     machine=machine, level=Event.Level.WARNING, data={"job": str(self.pk)})
 
     # ---- operator actions ------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Database side of dispatch: choosing a machine, recording submissions, results and re-queues.
+"""The controller's side of a proof job: taking queued jobs for a machine, recording
+submissions, progress, results and re-queues.
 
 Every function here is synchronous (run in a thread by the controller) and re-reads the job
 row before writing, so a result that arrives after a re-queue or a cancel is ignored rather
@@ -7,31 +8,27 @@ than counted twice.
 
 from __future__ import annotations
 
-import logging
 import uuid
-from datetime import UTC, datetime
 
 from django.db import transaction
 
+from cuzk_engine.vocabulary import PRIORITY_RANK
+from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.proofs.models import ProofJob
 
-from .verify import VerificationError, reverify
-
-log = logging.getLogger(__name__)
-
-PRIORITY_ORDER = {"critical": 0, "high": 1, "normal": 2, "low": 3}
-IN_FLIGHT = (ProofJob.Status.DISPATCHED, ProofJob.Status.RUNNING)
+from .models import ProofJob
 
 
 def queued_jobs(limit: int = 50) -> list[ProofJob]:
+    """The oldest queued jobs, most urgent first."""
     jobs = list(ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
                 .select_related("machine").order_by("submitted_at")[:limit])
-    return sorted(jobs, key=lambda j: (PRIORITY_ORDER.get(j.priority, 9), j.submitted_at))
+    return sorted(jobs, key=lambda j: (PRIORITY_RANK.get(j.priority, len(PRIORITY_RANK)),
+                                       j.submitted_at))
 
 
 def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
-    jobs = ProofJob.objects.filter(status__in=IN_FLIGHT)
+    jobs = ProofJob.objects.in_flight()
     if machine_ids is not None:
         jobs = jobs.filter(machine_id__in=machine_ids)
     return list(jobs)
@@ -39,7 +36,7 @@ def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
 
 def cancel_requests() -> list[ProofJob]:
     """Jobs on an engine that an operator asked to cancel (queued ones are cancelled at once)."""
-    return list(ProofJob.objects.filter(status__in=IN_FLIGHT, cancel_requested=True))
+    return list(ProofJob.objects.in_flight().filter(cancel_requested=True))
 
 
 def cancel_refused(job_id, error: str) -> None:
@@ -96,7 +93,7 @@ def unclaim(job_id, machine_id: int) -> None:
 
 def mark_submitted(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:
     """Record the engine's id for a claimed job (None: it was re-queued or ended meanwhile)."""
-    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
     job.engine_job_id = engine_job_id
@@ -116,19 +113,10 @@ def not_accepted(job_id, machine_id: int, reason: str) -> None:
 
 def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
     with transaction.atomic():  # locked: of controllers noticing the same loss, one re-queues
-        job = (ProofJob.objects.select_for_update()
-               .filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first())
-        if job is None:
-            return None
-        machine = job.machine
-        if job.cancel_requested:
-            # Nothing to bring back: the operator wanted it gone, and the engine lost it anyway.
-            job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
-            return job
-        job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
-        waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
-        Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
-                     machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
+        job = (ProofJob.objects.select_for_update().in_flight()
+               .filter(pk=job_id, machine_id=machine_id).first())
+        if job is not None:
+            job.requeue(reason)
     return job
 
 
@@ -138,8 +126,8 @@ def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
     if not by_request:
         return []
     changed = []
-    jobs = ProofJob.objects.filter(pk__in=[r for r in by_request if _is_uuid(r)],
-                                   machine_id=machine_id, status__in=IN_FLIGHT)
+    jobs = ProofJob.objects.in_flight().filter(pk__in=[r for r in by_request if _is_uuid(r)],
+                                               machine_id=machine_id)
     for job in jobs:
         pipeline = by_request[str(job.pk)]
         progress = {"status": pipeline.get("status"), "error": pipeline.get("error"),
@@ -184,7 +172,7 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
 
 def record_result(job_id, machine_id: int, record: dict,
                   pipeline: dict | None) -> ProofJob | None:
-    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
     fields = {"timings": record.get("timings") or {}}
@@ -222,10 +210,6 @@ def record_result(job_id, machine_id: int, record: dict,
     else:
         job.fail(error, **fields)
     return job
-
-
-def seen_at(timestamp: float) -> datetime:
-    return datetime.fromtimestamp(timestamp, UTC)
 
 
 def _is_uuid(value: str) -> bool:
