@@ -9,6 +9,7 @@ than counted twice.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, fields
 
 from django.db import transaction
 
@@ -17,6 +18,7 @@ from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
 
 from .models import ProofJob
+from .progress import JobProgress
 
 
 def queued_jobs(limit: int = 50) -> list[ProofJob]:
@@ -122,27 +124,12 @@ def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
 
 def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
     """Copy partition progress from a snapshot into our jobs; return the jobs that changed."""
-    by_request = {p["request_id"]: p for p in pipelines if p.get("request_id")}
+    by_request = {p["request_id"]: p for p in pipelines if _is_uuid(p.get("request_id"))}
     if not by_request:
         return []
-    changed = []
-    jobs = ProofJob.objects.in_flight().filter(pk__in=[r for r in by_request if _is_uuid(r)],
-                                               machine_id=machine_id)
-    for job in jobs:
-        pipeline = by_request[str(job.pk)]
-        progress = {"status": pipeline.get("status"), "error": pipeline.get("error"),
-                    "partitions": pipeline.get("partitions") or []}
-        if progress == job.progress and job.status == ProofJob.Status.RUNNING:
-            continue
-        # A pipeline the engine cancelled never ran: its result re-queues the job instead.
-        if (job.status == ProofJob.Status.DISPATCHED
-                and pipeline.get("status") in ("running", "done", "failed")):
-            job.move_to(ProofJob.Status.RUNNING, progress=progress)
-        else:
-            job.progress = progress
-            job.save(update_fields=["progress"])
-        changed.append(job)
-    return changed
+    jobs = ProofJob.objects.in_flight().filter(pk__in=by_request, machine_id=machine_id)
+    return [job for job in jobs
+            if job.take_progress(JobProgress.from_json(by_request[str(job.pk)]))]
 
 
 def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], list[str]]:
@@ -151,8 +138,8 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     Returns (jobs to adopt: queued here with no machine, e.g. submitted just before a
     controller crash; engine job ids to cancel: the job now belongs elsewhere or is over).
     """
-    active = [p for p in pipelines if p.get("request_id") and _is_uuid(p["request_id"])
-              and p.get("status") in ("queued", "running")]
+    active = [p for p in pipelines
+              if _is_uuid(p.get("request_id")) and p.get("status") in ("queued", "running")]
     if not active:
         return [], []
     jobs = {str(j.pk): j for j in ProofJob.objects.filter(pk__in=[p["request_id"] for p in active])}
@@ -170,49 +157,66 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     return adopt, cancel
 
 
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """The engine's record of a job that ended (`GET /v1/proofs/{id}`), the fields read here.
+    A field the engine left out reads as None."""
+
+    status: str | None
+    error: str | None
+    cancelled_by: str | None  # "request" (a DELETE) or "engine" (its own shutdown)
+    timings: dict | None
+    proof: str | None  # hex
+    vk: dict | None
+    public_inputs: list | None
+    verified: bool | None  # the engine's own self-check
+
+    @classmethod
+    def from_json(cls, record: dict) -> EngineResult:
+        return cls(*(record.get(f.name) for f in fields(cls)))
+
+
 def record_result(job_id, machine_id: int, record: dict,
                   pipeline: dict | None) -> ProofJob | None:
     job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
-    fields = {"timings": record.get("timings") or {}}
+    result = EngineResult.from_json(record)
+    changes: dict = {"timings": result.timings or {}}
     if pipeline is not None:
-        fields["progress"] = {"status": pipeline.get("status"), "error": pipeline.get("error"),
-                              "partitions": pipeline.get("partitions") or []}
-    status = record.get("status")
-    if status == "cancelled":
-        if record.get("cancelled_by") != "request":
+        changes["progress"] = JobProgress.from_json(pipeline).to_json()
+    if result.status == "cancelled":
+        if result.cancelled_by != "request":
             # The engine's own shutdown (or an engine too old to say) cancelled it: nobody
             # asked for that, so the job runs again rather than ending here.
             return requeue(job_id, machine_id,
-                           f"the engine cancelled it ({record.get('error') or 'no reason given'})")
-        job.move_to(ProofJob.Status.CANCELLED, error=record.get("error") or "cancelled", **fields)
+                           f"the engine cancelled it ({result.error or 'no reason given'})")
+        job.move_to(ProofJob.Status.CANCELLED, error=result.error or "cancelled", **changes)
         return job
-    if status == "failed":
-        job.fail(record.get("error") or "the engine reported a failure without a reason",
-                 engine_verified=record.get("verified"), **fields)
+    if result.status == "failed":
+        job.fail(result.error or "the engine reported a failure without a reason",
+                 engine_verified=result.verified, **changes)
         return job
     try:
-        proof = bytes.fromhex(record.get("proof") or "")
+        proof = bytes.fromhex(result.proof or "")
     except ValueError:
-        job.fail("the engine returned a proof that is not hex", **fields)
+        job.fail("the engine returned a proof that is not hex", **changes)
         return job
-    vk, inputs = record.get("vk"), record.get("public_inputs")
     try:
-        ok = reverify(vk, inputs, proof)
+        ok = reverify(result.vk, result.public_inputs, proof)
         error = "" if ok else "the dashboard's own verification rejected this proof"
     except VerificationError as exc:
         ok, error = False, f"the proof could not be checked: {exc}"
-    fields.update(proof=proof, vk=vk, public_inputs=inputs, verified=ok,
-                  engine_verified=record.get("verified"))
+    changes.update(proof=proof, vk=result.vk, public_inputs=result.public_inputs, verified=ok,
+                   engine_verified=result.verified)
     if ok:
-        job.move_to(ProofJob.Status.DONE, **fields)
+        job.move_to(ProofJob.Status.DONE, **changes)
     else:
-        job.fail(error, **fields)
+        job.fail(error, **changes)
     return job
 
 
-def _is_uuid(value: str) -> bool:
+def _is_uuid(value: object) -> bool:
     try:
         uuid.UUID(value)
     except (ValueError, TypeError, AttributeError):

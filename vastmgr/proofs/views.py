@@ -21,6 +21,7 @@ from vastmgr.fleet.controller.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
 
 from .forms import ProofListForm, TestProofForm
+from .fragments import render_proof
 from .models import MAX_SEED, ProofJob
 
 ARCHIVE_NAME = "proof.tar.gz"
@@ -58,12 +59,12 @@ def filtered_jobs(params: dict):
 
 def proof_detail(request, job_id):
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
-    return render(request, "proofs/detail.html", {"job": job, "state_html": fragments.render_proof(job)})
+    return render(request, "proofs/detail.html", {"job": job, "state_html": render_proof(job)})
 
 
 def proof_fragment(request, job_id):
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
-    return HttpResponse(fragments.render_proof(job))
+    return HttpResponse(render_proof(job))
 
 
 def proof_download(request, job_id, name):

@@ -17,6 +17,7 @@ from django.utils import timezone
 from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
+from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
 
@@ -271,7 +272,7 @@ class FleetController:
                          "snapshot_at", "idle_waiting_since"])
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
-        messages = [(fragments.proof_group(job.pk), fragments.render_proof(job))
+        messages = [(proof_fragments.proof_group(job.pk), proof_fragments.render_proof(job))
                     for job in proof_jobs.values()]
         return messages, cancels, list(proof_jobs.values())
 
@@ -535,9 +536,9 @@ class FleetController:
         if job is None:
             return
         html = await database_sync_to_async(_render_job)(job)
-        messages = [(fragments.proof_group(job.pk), html)]
+        messages = [(proof_fragments.proof_group(job.pk), html)]
         if job.status == ProofJob.Status.FAILED:
-            messages += await database_sync_to_async(fragments.proof_failed_notices)(job)
+            messages += await database_sync_to_async(proof_fragments.proof_failed_notices)(job)
         await self.publisher.send(messages)
 
     def _spawn(self, coroutine) -> None:
@@ -630,4 +631,4 @@ def _finish_action(action: HostAction, error: str) -> None:
 
 def _render_job(job: ProofJob) -> str:
     job = ProofJob.objects.select_related("machine").get(pk=job.pk)
-    return fragments.render_proof(job)
+    return proof_fragments.render_proof(job)
