@@ -13,7 +13,7 @@ from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSE
 from vastmgr.fleet.models import Event
 from vastmgr.transitions import check_transition
 
-from .progress import JobProgress
+from .progress import JobProgress, phase
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1
@@ -208,8 +208,8 @@ class ProofJob(models.Model):
     def shown_status(self) -> str:
         """The status as pages show it: a running job none of whose partitions has reached a
         device yet is `waiting` (for a device), not "running 0/16"."""
-        if self.status == self.Status.RUNNING and not self.engine_progress.reached_a_device:
-            return "waiting"
+        if self.status == self.Status.RUNNING:
+            return phase(self.status, (p.state for p in self.engine_progress.partitions))
         return self.status
 
     @property

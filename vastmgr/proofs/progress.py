@@ -4,7 +4,7 @@ engine's snapshots carry it in each pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cuzk_engine.engine.snapshot import PartitionSnapshot
@@ -16,7 +16,21 @@ STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
 def partition_from_json(raw: Mapping) -> PartitionSnapshot:
     """A partition as the engine sent it; a timing it left out (an older engine, a record
     written before the field existed) reads as None."""
-    return PartitionSnapshot(*(raw.get(name) for name in PartitionSnapshot._fields))
+    return PartitionSnapshot._make(map(raw.get, PartitionSnapshot._fields))
+
+
+def phase(status: str | None, partition_states: Iterable[str]) -> str | None:
+    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
+    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
+    if status == "running" and not any(state in STARTED_PHASES for state in partition_states):
+        return "waiting"
+    return status
+
+
+def pipeline_phase(pipeline: Mapping) -> str | None:
+    """`phase` of a snapshot's pipeline JSON, reading no more than the states: the fleet page
+    asks it of every pipeline of every host whenever it renders its totals."""
+    return phase(pipeline.get("status"), (p.get("state") for p in pipeline.get("partitions", ())))
 
 
 def partition_title(partition: PartitionSnapshot) -> str:
@@ -55,17 +69,8 @@ class JobProgress:
         return sum(1 for p in self.partitions if p.state == phase)
 
     @property
-    def reached_a_device(self) -> bool:
-        return any(p.state in STARTED_PHASES for p in self.partitions)
-
-    @property
     def phase(self) -> str | None:
-        """What the job is doing, in the operator's words: `queued` (not admitted to
-        synthesis), `waiting` (admitted, none of its partitions on a device yet), else the
-        engine's status."""
-        if self.status == "running" and not self.reached_a_device:
-            return "waiting"
-        return self.status
+        return phase(self.status, (p.state for p in self.partitions))
 
     def cells(self) -> list[dict]:
         """The partitions as the page's cells show them (partition_cells.html)."""

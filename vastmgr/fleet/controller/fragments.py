@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.proofs.progress import JobProgress
+from vastmgr.proofs.progress import JobProgress, pipeline_phase
 
 from .liveness import LIVE, OFFLINE, connection_state
 
@@ -117,8 +117,7 @@ class HostView:
         pipelines = self.snapshot.get("pipelines")
         if pipelines is None:
             return None
-        return sum(1 for p in pipelines
-                   if JobProgress.from_json(p).phase in ("queued", "waiting"))
+        return sum(1 for p in pipelines if pipeline_phase(p) in ("queued", "waiting"))
 
     @property
     def partitions_waiting(self) -> int:
