@@ -127,7 +127,7 @@ def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
     by_request = {p["request_id"]: p for p in pipelines if _is_uuid(p.get("request_id"))}
     if not by_request:
         return []
-    jobs = ProofJob.objects.in_flight().filter(pk__in=by_request, machine_id=machine_id)
+    jobs = ProofJob.objects.in_flight().filter(pk__in=list(by_request), machine_id=machine_id)
     return [job for job in jobs
             if job.take_progress(JobProgress.from_json(by_request[str(job.pk)]))]
 
