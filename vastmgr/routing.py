@@ -1,6 +1,7 @@
 from django.urls import path
 
-from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, ProofConsumer, RelayConsumer
+from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, RelayConsumer
+from vastmgr.proofs.consumers import ProofConsumer
 
 websocket_urlpatterns = [
     path("ws/fleet/", FleetConsumer.as_asgi()),

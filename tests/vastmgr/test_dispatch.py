@@ -10,8 +10,8 @@ from django.test import Client
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
-from vastmgr.fleet.controller import jobs
 from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,7 +141,7 @@ def settled_rows(proof_jobs):
     @database_sync_to_async
     def rows():
         found = [ProofJob.objects.get(pk=job.pk) for job in proof_jobs]
-        return None if any(row.status in jobs.IN_FLIGHT for row in found) else found
+        return None if any(row.status in ProofJob.IN_FLIGHT for row in found) else found
     return rows
 
 
@@ -212,7 +212,7 @@ def test_only_a_requested_cancel_ends_a_job(cancelled_by, outcome):
 
 
 def test_a_requeued_proof_keeps_the_machine_its_user_chose_and_only_that_one():
-    from vastmgr.fleet.controller import jobs
+    from vastmgr.proofs import jobs
 
     chosen = Machine.objects.create(name="chosen", host="h")
     pinned = ProofJob.objects.create(machine=chosen, pinned=True, kind="winning-post", seed=1)

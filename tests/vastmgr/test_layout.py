@@ -7,6 +7,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
+from cuzk_engine.vocabulary import PARTITION_PHASES
 from tests.conftest import REPO
 from vastmgr.errors import server_error
 from vastmgr.fleet.models import Machine
@@ -14,8 +15,6 @@ from vastmgr.remote.models import Secret
 from vastmgr.remote.secrets import SecretUnavailable
 
 CSS = (REPO / "static" / "vastmgr" / "app.css").read_text()
-PHASES = ["pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed",
-          "cancelled"]
 
 
 def test_the_500_page_renders_without_any_request_context():
@@ -83,7 +82,7 @@ def test_the_old_blues_would_fail_this_check():
 @pytest.mark.parametrize("vision", SIMULATIONS)
 def test_active_partition_phases_stay_distinct_for_colour_blind_eyes(vision):
     colours = light_colours()
-    assert set(PHASES) <= set(colours)
+    assert set(PARTITION_PHASES) <= set(colours)
     active = ["synthesizing", "synth_done", "gpu", "finalizing", "done", "failed"]
     for i, a in enumerate(active):
         for b in active[i + 1:]:

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
-from vastmgr.fleet.controller.fragments import render_proof
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.proofs.fragments import render_proof
 from vastmgr.proofs.models import ProofJob
 
 engine, param_cache = live_engine.engine, live_engine.param_cache
@@ -181,7 +181,7 @@ async def test_cancelling_a_running_proof_stops_it_on_the_engine(engine):
 
 @pytest.mark.django_db
 def test_a_cancel_for_a_job_whose_machine_went_offline_ends_cancelled_not_requeued():
-    from vastmgr.fleet.controller import jobs
+    from vastmgr.proofs import jobs
 
     machine = Machine.objects.create(name="gpu-2", provider="local")
     job = ProofJob.objects.create(kind="winning-post", seed=1, machine=machine,
@@ -197,7 +197,7 @@ def test_a_cancel_for_a_job_whose_machine_went_offline_ends_cancelled_not_requeu
 def test_a_job_cancelled_while_being_submitted_is_cancelled_on_the_engine_as_an_orphan():
     """The view cancels a queued job in the instant the controller submits it: the engine's
     pipeline then carries a finished job's id, and the controller cancels it there."""
-    from vastmgr.fleet.controller import jobs
+    from vastmgr.proofs import jobs
 
     machine = Machine.objects.create(name="gpu-3", provider="local")
     job = ProofJob.objects.create(kind="winning-post", seed=1)

@@ -29,11 +29,12 @@ from tests.vastmgr.live_engine import (
 )
 from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
-from vastmgr.fleet.controller import fragments, jobs
+from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
 from vastmgr.proofs import forms as proof_forms
+from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
 
 engine, param_cache = live_engine.engine, live_engine.param_cache

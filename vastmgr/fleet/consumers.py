@@ -20,7 +20,6 @@ from vastmgr.fleet.controller import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token
 from vastmgr.fleet.controller.watching import CONTROLLER_GROUP, RENEW_EVERY, watch_event
 from vastmgr.fleet.models import Machine
-from vastmgr.proofs.models import ProofJob
 
 log = logging.getLogger(__name__)
 
@@ -173,20 +172,6 @@ class HostConsumer(FragmentConsumer):
         machine = Machine.objects.get(pk=self.scope["url_route"]["kwargs"]["machine_id"])
         now = time.time()
         return fragments.render_host_panel(machine, now) + fragments.render_host_charts(machine, now)
-
-
-class ProofConsumer(FragmentConsumer):
-    def get_group(self) -> str:
-        return fragments.proof_group(self.scope["url_route"]["kwargs"]["job_id"])
-
-    @database_sync_to_async
-    def exists(self) -> bool:
-        return ProofJob.objects.filter(pk=self.scope["url_route"]["kwargs"]["job_id"]).exists()
-
-    def current_state(self) -> str:
-        job = ProofJob.objects.select_related("machine").get(
-            pk=self.scope["url_route"]["kwargs"]["job_id"])
-        return fragments.render_proof(job)
 
 
 class RelayConsumer(AsyncWebsocketConsumer):

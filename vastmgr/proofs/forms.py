@@ -5,7 +5,7 @@ from django import forms
 from vastmgr.fleet.models import Machine
 from vastmgr.tables import TableForm
 
-from .models import MAX_SEED, ProofJob
+from .models import KIND_CHOICES, MAX_SEED, PRIORITY_CHOICES, PROFILE_CHOICES, ProofJob
 
 MAX_COUNT = 20
 
@@ -18,13 +18,13 @@ class TestProofForm(forms.Form):
         error_messages={"invalid_choice": "That machine does not exist, was killed, or runs an "
                                           "upstream cuzk daemon (watched only: no test proofs)."},
     )
-    kind = forms.ChoiceField(choices=ProofJob.Kind.choices)
-    profile = forms.ChoiceField(choices=ProofJob.Profile.choices, initial=ProofJob.Profile.TINY)
+    kind = forms.ChoiceField(choices=KIND_CHOICES)
+    profile = forms.ChoiceField(choices=PROFILE_CHOICES, initial="tiny")
     seed = forms.IntegerField(min_value=0, max_value=MAX_SEED, required=False,
                               help_text="Empty: a random seed per proof")
     count = forms.IntegerField(min_value=1, max_value=MAX_COUNT, initial=1)
     priority = forms.ChoiceField(
-        choices=[("", "the kind's default")] + list(ProofJob.Priority.choices), required=False)
+        choices=[("", "the kind's default"), *PRIORITY_CHOICES], required=False)
 
     def seeds(self) -> list[int]:
         seed, count = self.cleaned_data["seed"], self.cleaned_data["count"]
@@ -50,8 +50,7 @@ class ProofListForm(TableForm):
                         help_text="job id (or its start), seed or machine name")
     status = forms.ChoiceField(required=False, choices=[("", "any status")] + list(
         ProofJob.Status.choices))
-    kind = forms.ChoiceField(required=False, choices=[("", "any kind")] + list(
-        ProofJob.Kind.choices))
+    kind = forms.ChoiceField(required=False, choices=[("", "any kind"), *KIND_CHOICES])
     machine = forms.ModelChoiceField(required=False, queryset=Machine.objects.all(),
                                      empty_label="any machine",
                                      error_messages={"invalid_choice": "No such machine."})

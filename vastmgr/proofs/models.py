@@ -9,47 +9,33 @@ from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
+from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSES
 from vastmgr.fleet.models import Event
 from vastmgr.transitions import check_transition
+
+from .progress import JobProgress, phase
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1
 
 
-# A pipeline that has nothing on a device, finalizing or done is waiting for a device.
-STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
+def word_choices(words: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Django choices for the engine's words, labelled as forms show them ("porep-c2": "Porep C2")."""
+    return [(word, word.replace("-", " ").title()) for word in words]
 
 
-def pipeline_phase(pipeline: dict) -> str:
-    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
-    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
-    status = pipeline.get("status")
-    if status == "running" and not any(p.get("state") in STARTED_PHASES
-                                       for p in pipeline.get("partitions") or []):
-        return "waiting"
-    return status
+KIND_CHOICES = word_choices(KINDS)
+PROFILE_CHOICES = word_choices(PROFILES)
+PRIORITY_CHOICES = word_choices(PRIORITIES)
+
+
+class ProofJobQuerySet(models.QuerySet):
+    def in_flight(self) -> ProofJobQuerySet:
+        return self.filter(status__in=ProofJob.IN_FLIGHT)
 
 
 class ProofJob(models.Model):
     """One test proof requested from the dashboard, dispatched to one machine's engine."""
-
-    class Kind(models.TextChoices):
-        WINNING_POST = "winning-post"
-        WINDOW_POST = "window-post"
-        SNAP_UPDATE = "snap-update"
-        POREP_C2 = "porep-c2"
-
-    class Profile(models.TextChoices):
-        TINY = "tiny"
-        SMALL = "small"
-        MEDIUM = "medium"
-        LARGE = "large"
-
-    class Priority(models.TextChoices):
-        CRITICAL = "critical"
-        HIGH = "high"
-        NORMAL = "normal"
-        LOW = "low"
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -59,7 +45,9 @@ class ProofJob(models.Model):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
-    FINAL = {Status.DONE, Status.FAILED, Status.CANCELLED}
+    FINAL = TERMINAL_STATUSES
+    # On an engine: the controller waits for its result there.
+    IN_FLIGHT = (Status.DISPATCHED, Status.RUNNING)
     # dispatched/running may fall back to queued when their machine goes offline for too long.
     TRANSITIONS = {
         Status.QUEUED: {Status.DISPATCHED, Status.FAILED, Status.CANCELLED},
@@ -78,10 +66,10 @@ class ProofJob(models.Model):
     pinned = models.BooleanField(
         default=False, help_text="The user chose the machine: a re-queued job waits for it"
     )
-    kind = models.CharField(max_length=20, choices=Kind.choices)
-    profile = models.CharField(max_length=10, choices=Profile.choices, default=Profile.TINY)
+    kind = models.CharField(max_length=20, choices=KIND_CHOICES)
+    profile = models.CharField(max_length=10, choices=PROFILE_CHOICES, default="tiny")
     seed = models.PositiveBigIntegerField(validators=[MaxValueValidator(MAX_SEED)])
-    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
+    priority = models.CharField(max_length=10, choices=PRIORITY_CHOICES, default="normal")
     status = models.CharField(
         max_length=12, choices=Status.choices, default=Status.QUEUED, db_index=True
     )
@@ -113,6 +101,8 @@ class ProofJob(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
     )
 
+    objects = ProofJobQuerySet.as_manager()
+
     class Meta:
         ordering = ["-submitted_at"]
 
@@ -141,6 +131,33 @@ class ProofJob(models.Model):
 
     def fail(self, error: str, **fields) -> None:
         self.move_to(self.Status.FAILED, error=error, **fields)
+
+    def take_progress(self, progress: JobProgress) -> bool:
+        """Keep the engine's latest view of this job (False: nothing new). A dispatched job is
+        running once its pipeline is; a pipeline the engine cancelled never ran, and its result
+        re-queues the job instead."""
+        stored = progress.to_json()
+        if stored == self.progress and self.status == self.Status.RUNNING:
+            return False
+        if self.status == self.Status.DISPATCHED and progress.status in ("running", "done",
+                                                                         "failed"):
+            self.move_to(self.Status.RUNNING, progress=stored)
+        else:
+            self.progress = stored
+            self.save(update_fields=["progress"])
+        return True
+
+    def requeue(self, reason: str) -> None:
+        """Its engine lost it (or will never finish it): back to the queue, unless an operator
+        asked to cancel it, which the loss completes."""
+        if self.cancel_requested:
+            self.move_to(self.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
+            return
+        machine = self.machine
+        self.move_to(self.Status.QUEUED, engine_job_id="", progress=None)
+        waits = f"; it waits for {machine.name}, the machine its user chose" if self.pinned else ""
+        Event.record("proof", f"proof {self.pk} re-queued from {machine.name}: {reason}{waits}",
+                     machine=machine, level=Event.Level.WARNING, data={"job": str(self.pk)})
 
     # ---- operator actions ------------------------------------------------------------------
 
@@ -191,15 +208,18 @@ class ProofJob(models.Model):
     def shown_status(self) -> str:
         """The status as pages show it: a running job none of whose partitions has reached a
         device yet is `waiting` (for a device), not "running 0/16"."""
-        if self.status == self.Status.RUNNING and pipeline_phase(
-                {**(self.progress or {}), "status": "running"}) == "waiting":
-            return "waiting"
+        if self.status == self.Status.RUNNING:
+            return phase(self.status, (p.state for p in self.engine_progress.partitions))
         return self.status
 
+    @property
+    def engine_progress(self) -> JobProgress:
+        """`progress`, read: the job's pipeline as last seen on its engine."""
+        return JobProgress.from_json(self.progress)
+
     def partition_counts(self) -> tuple[int, int]:
-        partitions = (self.progress or {}).get("partitions") or []
-        done = sum(1 for p in partitions if p.get("state") == "done")
-        return done, len(partitions)
+        progress = self.engine_progress
+        return progress.count("done"), len(progress.partitions)
 
     def progress_summary(self) -> dict | None:
         """Progress % from the partition counts and an ETA from this job's own pace (time per

@@ -25,6 +25,7 @@ from vastmgr.fleet.models import Machine
 from vastmgr.http import AuthenticatedHttpRequest
 
 from .forms import ProofListForm, TestProofForm
+from .fragments import render_proof
 from .models import MAX_SEED, ProofJob
 
 ARCHIVE_NAME = "proof.tar.gz"
@@ -62,12 +63,12 @@ def filtered_jobs(params: dict[str, Any]) -> QuerySet[ProofJob]:
 
 def proof_detail(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
-    return render(request, "proofs/detail.html", {"job": job, "state_html": fragments.render_proof(job)})
+    return render(request, "proofs/detail.html", {"job": job, "state_html": render_proof(job)})
 
 
 def proof_fragment(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
     job = get_object_or_404(ProofJob.objects.select_related("machine"), pk=job_id)
-    return HttpResponse(fragments.render_proof(job))
+    return HttpResponse(render_proof(job))
 
 
 def proof_download(request: AuthenticatedHttpRequest, job_id: UUID, name: str) -> HttpResponse:

@@ -22,7 +22,6 @@ MANAGED = (Machine.Provider.SSH, Machine.Provider.VAST)
 REVIVE_TRIES = 3
 REVIVE_WINDOW = timedelta(hours=1)
 REVIVE_EVENT = "engine_revive"
-ACTIVE_JOBS = (ProofJob.Status.DISPATCHED, ProofJob.Status.RUNNING)
 
 
 def state_since(machine: Machine) -> datetime:
@@ -68,7 +67,7 @@ def idle(settings: RemoteSettings, now: datetime) -> list[Verdict]:
     verdicts = []
     for machine in Machine.objects.filter(provider__in=MANAGED, state=Machine.State.RUNNING):
         jobs = ProofJob.objects.filter(machine=machine)
-        if jobs.filter(status__in=ACTIVE_JOBS).exists():
+        if jobs.in_flight().exists():
             continue
         last_work = jobs.aggregate(last=Max("finished_at"))["last"]
         since = max(filter(None, [last_work, state_since(machine)]))

@@ -18,12 +18,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
-from vastmgr.proofs.models import ProofJob, pipeline_phase
+from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.progress import JobProgress, pipeline_phase
 
 from .liveness import LIVE, OFFLINE, connection_state
 
-PHASES = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed",
-          "cancelled")
 CHART_WINDOW = timedelta(hours=1)
 RECENT_PROOFS = 10
 
@@ -34,10 +33,6 @@ def fleet_group() -> str:
 
 def host_group(machine_id: int) -> str:
     return f"host.{machine_id}"
-
-
-def proof_group(job_id) -> str:
-    return f"proof.{job_id}"
 
 
 # The idle-GPU flag is raised only once the condition has held this long on the controller's
@@ -293,36 +288,18 @@ def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, s
     return [(fleet_group(), html), (host_group(machine_id), html)]
 
 
-def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
-    where = f" on {job.machine.name}" if job.machine_id else ""
-    html = render_toast("error", f"Proof {str(job.pk)[:8]} ({job.kind}/{job.profile}) failed"
-                                 f"{where}: {job.error}", reverse("proof", args=[job.pk]))
-    groups = [fleet_group(), proof_group(job.pk)]
-    if job.machine_id:
-        groups.append(host_group(job.machine_id))
-    return [(group, html) for group in groups]
-
-
 def pipeline_rows(snapshot: dict) -> list[dict]:
     rows = []
     for pipeline in snapshot.get("pipelines") or []:
-        partitions = pipeline.get("partitions") or []
+        progress = JobProgress.from_json(pipeline)
         rows.append({
             **pipeline,
-            "phase": pipeline_phase(pipeline),
-            "synthesized": sum(1 for p in partitions if p.get("state") == "synth_done"),
+            "phase": progress.phase,
+            "synthesized": progress.count("synth_done"),
             "job_short": (pipeline.get("request_id") or pipeline.get("job_id") or "")[:16],
-            "cells": [{**p, "title": _partition_title(p)} for p in partitions],
+            "cells": progress.cells(),
         })
     return rows
-
-
-def _partition_title(p: dict) -> str:
-    parts = [f"P{p.get('index')} {p.get('state')}"]
-    for key, label in (("synth_ms", "synth"), ("gpu_ms", "gpu"), ("finalize_ms", "finalize")):
-        if p.get(key) is not None:
-            parts.append(f"{label} {p[key]:.0f} ms")
-    return " · ".join(parts)
 
 
 def host_context(machine: Machine, now: float, host: HostView | None = None) -> dict:
@@ -473,51 +450,3 @@ def render_host_charts(machine: Machine, now: float | None = None,
                        window: str = DEFAULT_WINDOW) -> str:
     return render_to_string("fragments/host_charts.html",
                             {"m": machine, "c": chart_series(machine, now or time.time(), window)})
-
-
-def gantt(job: ProofJob) -> dict:
-    partitions = (job.progress or {}).get("partitions") or []
-    bars, end = [], 1.0
-    for p in partitions:
-        segments = []
-        synth_start, synth = p.get("synth_start_ms"), p.get("synth_ms")
-        gpu_start, gpu_ms = p.get("gpu_start_ms"), p.get("gpu_ms")
-        fin_start, fin = p.get("finalize_start_ms"), p.get("finalize_ms")
-        if synth_start is not None and synth is not None:
-            segments.append(("synth", synth_start, synth))
-            if gpu_start is not None and gpu_start > synth_start + synth:
-                segments.append(("queue", synth_start + synth, gpu_start - synth_start - synth))
-        if gpu_start is not None and gpu_ms is not None:
-            segments.append(("gpu", gpu_start, gpu_ms))
-        if fin_start is not None and fin is not None:
-            segments.append(("finalize", fin_start, fin))
-        for _, start, length in segments:
-            end = max(end, start + length)
-        bars.append({"index": p.get("index"), "state": p.get("state"), "segments": segments,
-                     "title": _partition_title(p)})
-    for bar in bars:
-        bar["segments"] = [
-            {"phase": phase, "left": round(100 * start / end, 2),
-             "width": max(round(100 * length / end, 2), 0.3), "ms": round(length)}
-            for phase, start, length in bar["segments"]
-        ]
-    return {"bars": bars, "total_ms": round(end)}
-
-
-def proof_context(job: ProofJob) -> dict:
-    proof = bytes(job.proof) if job.proof else b""
-    partitions = (job.progress or {}).get("partitions") or []
-    return {
-        "job": job,
-        "status_id": f"proof-{job.pk}-status",
-        "cells": [{**p, "title": _partition_title(p)} for p in partitions],
-        "done": sum(1 for p in partitions if p.get("state") == "done"),
-        "gantt": gantt(job),
-        "proof_chunks": [proof[i:i + 192].hex() for i in range(0, len(proof), 192)],
-        "proof_len": len(proof),
-        "progress": job.progress_summary(),
-    }
-
-
-def render_proof(job: ProofJob) -> str:
-    return render_to_string("fragments/proof_detail.html", proof_context(job))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 LIVE, STALE, OFFLINE = "live", "stale", "offline"
 STALE_AFTER_INTERVALS = 3
 # An idle engine answers without a new seq. Its stored last_seen is still rewritten (and its row
@@ -19,3 +21,8 @@ def connection_state(connected: bool, last_seen: float | None, interval: float,
     if now - last_seen > STALE_AFTER_INTERVALS * interval:
         return STALE
     return LIVE
+
+
+def seen_at(timestamp: float) -> datetime:
+    """A time on the controller's clock (`time.time()`) as the database stores it."""
+    return datetime.fromtimestamp(timestamp, UTC)

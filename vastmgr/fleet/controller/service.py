@@ -17,11 +17,13 @@ from django.utils import timezone
 from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
+from vastmgr.proofs import fragments as proof_fragments
+from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
 
-from . import fragments, jobs
+from . import fragments
 from .leases import Leases
-from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state
+from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state, seen_at
 from .publish import LayerPublisher
 from .store import update_rows
 from .transport import TransportError, transport_for
@@ -214,7 +216,7 @@ class FleetController:
         live = self.hosts[machine_id]
         machine = self.machines[machine_id]
         if live.last_seen is not None:
-            machine.last_seen = jobs.seen_at(live.last_seen)
+            machine.last_seen = seen_at(live.last_seen)
         if live.connected and fragments.idle_with_work_waiting(live.snapshot):
             since = self.idle_since.setdefault(machine_id, now)
         else:
@@ -222,9 +224,9 @@ class FleetController:
             since = None
         return HostStatus(machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot,
-                          error=live.error, updated=jobs.seen_at(now),
-                          snapshot_at=live.snapshot_at and jobs.seen_at(live.snapshot_at),
-                          idle_waiting_since=since and jobs.seen_at(since))
+                          error=live.error, updated=seen_at(now),
+                          snapshot_at=live.snapshot_at and seen_at(live.snapshot_at),
+                          idle_waiting_since=since and seen_at(since))
 
     def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
@@ -270,7 +272,7 @@ class FleetController:
                          "snapshot_at", "idle_waiting_since"])
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
-        messages = [(fragments.proof_group(job.pk), fragments.render_proof(job))
+        messages = [(proof_fragments.proof_group(job.pk), proof_fragments.render_proof(job))
                     for job in proof_jobs.values()]
         return messages, cancels, list(proof_jobs.values())
 
@@ -473,8 +475,7 @@ class FleetController:
 
     @database_sync_to_async
     def _still_in_flight(self, job_id: str, machine_id: int) -> bool:
-        return ProofJob.objects.filter(pk=job_id, machine_id=machine_id,
-                                       status__in=jobs.IN_FLIGHT).exists()
+        return ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).exists()
 
     async def requeue_lost(self, now: float) -> None:
         """Jobs on a machine that has been unreachable for longer than the grace period go back
@@ -535,9 +536,9 @@ class FleetController:
         if job is None:
             return
         html = await database_sync_to_async(_render_job)(job)
-        messages = [(fragments.proof_group(job.pk), html)]
+        messages = [(proof_fragments.proof_group(job.pk), html)]
         if job.status == ProofJob.Status.FAILED:
-            messages += await database_sync_to_async(fragments.proof_failed_notices)(job)
+            messages += await database_sync_to_async(proof_fragments.proof_failed_notices)(job)
         await self.publisher.send(messages)
 
     def _spawn(self, coroutine) -> None:
@@ -600,7 +601,7 @@ def _sample(live: HostLive, now: float) -> HostSample:
                        + (since_snapshot if w.get("state") == "proving" else 0.0)
                        for w in workers)
     return HostSample(
-        machine_id=live.machine_id, time=jobs.seen_at(now),
+        machine_id=live.machine_id, time=seen_at(now),
         busy_fraction=busy / len(workers) if workers else 0.0,
         busy_by_device={k: v[0] / v[1] for k, v in by_device.items()},
         busy_seconds=busy_seconds, workers=len(workers),
@@ -612,7 +613,7 @@ def _sample(live: HostLive, now: float) -> HostSample:
 
 def _store_history(samples: list[HostSample], now: float, keep: float, watched: list[int]):
     HostSample.objects.bulk_create(samples)
-    HostSample.objects.filter(time__lt=jobs.seen_at(now) - timedelta(seconds=keep)).delete()
+    HostSample.objects.filter(time__lt=seen_at(now) - timedelta(seconds=keep)).delete()
     sampled = {s.machine_id for s in samples}
     machines = Machine.objects.filter(pk__in=[m for m in watched if m in sampled])
     return [(fragments.host_group(m.pk), fragments.render_host_charts(m, now)) for m in machines]
@@ -630,4 +631,4 @@ def _finish_action(action: HostAction, error: str) -> None:
 
 def _render_job(job: ProofJob) -> str:
     job = ProofJob.objects.select_related("machine").get(pk=job.pk)
-    return fragments.render_proof(job)
+    return proof_fragments.render_proof(job)

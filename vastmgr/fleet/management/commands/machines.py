@@ -18,7 +18,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from vastmgr.fleet.controller.fragments import load_hosts
-from vastmgr.fleet.controller.jobs import IN_FLIGHT
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -126,7 +125,7 @@ class Command(BaseCommand):
         if machine.provider not in DIRECT:
             raise CommandError(f"{name} is a {machine.provider} machine: destroy it from its "
                                "machine page, which stops its engine and ends billing")
-        in_flight = ProofJob.objects.filter(machine=machine, status__in=IN_FLIGHT).count()
+        in_flight = ProofJob.objects.in_flight().filter(machine=machine).count()
         if in_flight:
             raise CommandError(f"{name} has {in_flight} proof(s) in flight; wait for them or "
                                "cancel them first")

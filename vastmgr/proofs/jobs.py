@@ -1,4 +1,5 @@
-"""Database side of dispatch: choosing a machine, recording submissions, results and re-queues.
+"""The controller's side of a proof job: taking queued jobs for a machine, recording
+submissions, progress, results and re-queues.
 
 Every function here is synchronous (run in a thread by the controller) and re-reads the job
 row before writing, so a result that arrives after a re-queue or a cancel is ignored rather
@@ -7,31 +8,29 @@ than counted twice.
 
 from __future__ import annotations
 
-import logging
 import uuid
-from datetime import UTC, datetime
+from dataclasses import dataclass, fields
 
 from django.db import transaction
 
+from cuzk_engine.vocabulary import PRIORITY_RANK
+from vastmgr.fleet.controller.verify import VerificationError, reverify
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.proofs.models import ProofJob
 
-from .verify import VerificationError, reverify
-
-log = logging.getLogger(__name__)
-
-PRIORITY_ORDER = {"critical": 0, "high": 1, "normal": 2, "low": 3}
-IN_FLIGHT = (ProofJob.Status.DISPATCHED, ProofJob.Status.RUNNING)
+from .models import ProofJob
+from .progress import JobProgress
 
 
 def queued_jobs(limit: int = 50) -> list[ProofJob]:
+    """The oldest queued jobs, most urgent first."""
     jobs = list(ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
                 .select_related("machine").order_by("submitted_at")[:limit])
-    return sorted(jobs, key=lambda j: (PRIORITY_ORDER.get(j.priority, 9), j.submitted_at))
+    return sorted(jobs, key=lambda j: (PRIORITY_RANK.get(j.priority, len(PRIORITY_RANK)),
+                                       j.submitted_at))
 
 
 def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
-    jobs = ProofJob.objects.filter(status__in=IN_FLIGHT)
+    jobs = ProofJob.objects.in_flight()
     if machine_ids is not None:
         jobs = jobs.filter(machine_id__in=machine_ids)
     return list(jobs)
@@ -39,7 +38,7 @@ def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
 
 def cancel_requests() -> list[ProofJob]:
     """Jobs on an engine that an operator asked to cancel (queued ones are cancelled at once)."""
-    return list(ProofJob.objects.filter(status__in=IN_FLIGHT, cancel_requested=True))
+    return list(ProofJob.objects.in_flight().filter(cancel_requested=True))
 
 
 def cancel_refused(job_id, error: str) -> None:
@@ -96,7 +95,7 @@ def unclaim(job_id, machine_id: int) -> None:
 
 def mark_submitted(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:
     """Record the engine's id for a claimed job (None: it was re-queued or ended meanwhile)."""
-    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
     job.engine_job_id = engine_job_id
@@ -116,45 +115,21 @@ def not_accepted(job_id, machine_id: int, reason: str) -> None:
 
 def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
     with transaction.atomic():  # locked: of controllers noticing the same loss, one re-queues
-        job = (ProofJob.objects.select_for_update()
-               .filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first())
-        if job is None:
-            return None
-        machine = job.machine
-        if job.cancel_requested:
-            # Nothing to bring back: the operator wanted it gone, and the engine lost it anyway.
-            job.move_to(ProofJob.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
-            return job
-        job.move_to(ProofJob.Status.QUEUED, engine_job_id="", progress=None)
-        waits = f"; it waits for {machine.name}, the machine its user chose" if job.pinned else ""
-        Event.record("proof", f"proof {job.pk} re-queued from {machine.name}: {reason}{waits}",
-                     machine=machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
+        job = (ProofJob.objects.select_for_update().in_flight()
+               .filter(pk=job_id, machine_id=machine_id).first())
+        if job is not None:
+            job.requeue(reason)
     return job
 
 
 def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
     """Copy partition progress from a snapshot into our jobs; return the jobs that changed."""
-    by_request = {p["request_id"]: p for p in pipelines if p.get("request_id")}
+    by_request = {p["request_id"]: p for p in pipelines if _is_uuid(p.get("request_id"))}
     if not by_request:
         return []
-    changed = []
-    jobs = ProofJob.objects.filter(pk__in=[r for r in by_request if _is_uuid(r)],
-                                   machine_id=machine_id, status__in=IN_FLIGHT)
-    for job in jobs:
-        pipeline = by_request[str(job.pk)]
-        progress = {"status": pipeline.get("status"), "error": pipeline.get("error"),
-                    "partitions": pipeline.get("partitions") or []}
-        if progress == job.progress and job.status == ProofJob.Status.RUNNING:
-            continue
-        # A pipeline the engine cancelled never ran: its result re-queues the job instead.
-        if (job.status == ProofJob.Status.DISPATCHED
-                and pipeline.get("status") in ("running", "done", "failed")):
-            job.move_to(ProofJob.Status.RUNNING, progress=progress)
-        else:
-            job.progress = progress
-            job.save(update_fields=["progress"])
-        changed.append(job)
-    return changed
+    jobs = ProofJob.objects.in_flight().filter(pk__in=list(by_request), machine_id=machine_id)
+    return [job for job in jobs
+            if job.take_progress(JobProgress.from_json(by_request[str(job.pk)]))]
 
 
 def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], list[str]]:
@@ -163,8 +138,8 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     Returns (jobs to adopt: queued here with no machine, e.g. submitted just before a
     controller crash; engine job ids to cancel: the job now belongs elsewhere or is over).
     """
-    active = [p for p in pipelines if p.get("request_id") and _is_uuid(p["request_id"])
-              and p.get("status") in ("queued", "running")]
+    active = [p for p in pipelines
+              if _is_uuid(p.get("request_id")) and p.get("status") in ("queued", "running")]
     if not active:
         return [], []
     jobs = {str(j.pk): j for j in ProofJob.objects.filter(pk__in=[p["request_id"] for p in active])}
@@ -182,53 +157,66 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     return adopt, cancel
 
 
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """The engine's record of a job that ended (`GET /v1/proofs/{id}`), the fields read here.
+    A field the engine left out reads as None."""
+
+    status: str | None
+    error: str | None
+    cancelled_by: str | None  # "request" (a DELETE) or "engine" (its own shutdown)
+    timings: dict | None
+    proof: str | None  # hex
+    vk: dict | None
+    public_inputs: list | None
+    verified: bool | None  # the engine's own self-check
+
+    @classmethod
+    def from_json(cls, record: dict) -> EngineResult:
+        return cls(*(record.get(f.name) for f in fields(cls)))
+
+
 def record_result(job_id, machine_id: int, record: dict,
                   pipeline: dict | None) -> ProofJob | None:
-    job = ProofJob.objects.filter(pk=job_id, machine_id=machine_id, status__in=IN_FLIGHT).first()
+    job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
-    fields = {"timings": record.get("timings") or {}}
+    result = EngineResult.from_json(record)
+    changes: dict = {"timings": result.timings or {}}
     if pipeline is not None:
-        fields["progress"] = {"status": pipeline.get("status"), "error": pipeline.get("error"),
-                              "partitions": pipeline.get("partitions") or []}
-    status = record.get("status")
-    if status == "cancelled":
-        if record.get("cancelled_by") != "request":
+        changes["progress"] = JobProgress.from_json(pipeline).to_json()
+    if result.status == "cancelled":
+        if result.cancelled_by != "request":
             # The engine's own shutdown (or an engine too old to say) cancelled it: nobody
             # asked for that, so the job runs again rather than ending here.
             return requeue(job_id, machine_id,
-                           f"the engine cancelled it ({record.get('error') or 'no reason given'})")
-        job.move_to(ProofJob.Status.CANCELLED, error=record.get("error") or "cancelled", **fields)
+                           f"the engine cancelled it ({result.error or 'no reason given'})")
+        job.move_to(ProofJob.Status.CANCELLED, error=result.error or "cancelled", **changes)
         return job
-    if status == "failed":
-        job.fail(record.get("error") or "the engine reported a failure without a reason",
-                 engine_verified=record.get("verified"), **fields)
+    if result.status == "failed":
+        job.fail(result.error or "the engine reported a failure without a reason",
+                 engine_verified=result.verified, **changes)
         return job
     try:
-        proof = bytes.fromhex(record.get("proof") or "")
+        proof = bytes.fromhex(result.proof or "")
     except ValueError:
-        job.fail("the engine returned a proof that is not hex", **fields)
+        job.fail("the engine returned a proof that is not hex", **changes)
         return job
-    vk, inputs = record.get("vk"), record.get("public_inputs")
     try:
-        ok = reverify(vk, inputs, proof)
+        ok = reverify(result.vk, result.public_inputs, proof)
         error = "" if ok else "the dashboard's own verification rejected this proof"
     except VerificationError as exc:
         ok, error = False, f"the proof could not be checked: {exc}"
-    fields.update(proof=proof, vk=vk, public_inputs=inputs, verified=ok,
-                  engine_verified=record.get("verified"))
+    changes.update(proof=proof, vk=result.vk, public_inputs=result.public_inputs, verified=ok,
+                   engine_verified=result.verified)
     if ok:
-        job.move_to(ProofJob.Status.DONE, **fields)
+        job.move_to(ProofJob.Status.DONE, **changes)
     else:
-        job.fail(error, **fields)
+        job.fail(error, **changes)
     return job
 
 
-def seen_at(timestamp: float) -> datetime:
-    return datetime.fromtimestamp(timestamp, UTC)
-
-
-def _is_uuid(value: str) -> bool:
+def _is_uuid(value: object) -> bool:
     try:
         uuid.UUID(value)
     except (ValueError, TypeError, AttributeError):

@@ -1,0 +1,89 @@
+"""A proof's panel (status, partitions, timeline, proof bytes), rendered for the first page load,
+the polling fallback and the controller's websocket pushes alike."""
+
+from __future__ import annotations
+
+from django.template.loader import render_to_string
+from django.urls import reverse
+
+from cuzk_engine.vocabulary import PARTITION_PHASES
+from vastmgr.fleet.controller.fragments import fleet_group, host_group, render_toast
+
+from .models import ProofJob
+from .progress import JobProgress, partition_title
+
+# The partition legend, in the order a partition lives through them.
+PHASE_LABELS = {
+    "pending": "pending",
+    "synthesizing": "synthesizing",
+    "synth_done": "synthesized, waiting for GPU",
+    "gpu": "on GPU",
+    "finalizing": "finalizing",
+    "done": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+PROOF_BYTES_PER_PARTITION = 192
+
+
+def proof_group(job_id) -> str:
+    return f"proof.{job_id}"
+
+
+def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
+    where = f" on {job.machine.name}" if job.machine_id else ""
+    html = render_toast("error", f"Proof {str(job.pk)[:8]} ({job.kind}/{job.profile}) failed"
+                                 f"{where}: {job.error}", reverse("proof", args=[job.pk]))
+    groups = [fleet_group(), proof_group(job.pk)]
+    if job.machine_id:
+        groups.append(host_group(job.machine_id))
+    return [(group, html) for group in groups]
+
+
+def gantt(progress: JobProgress) -> dict:
+    """Each partition's synthesis, wait for a device, device time and finalization as bars on
+    one time axis (offsets from the job's submission on its engine)."""
+    bars, end = [], 1.0
+    for p in progress.partitions:
+        segments = []
+        if p.synth_start_ms is not None and p.synth_ms is not None:
+            synth_end = p.synth_start_ms + p.synth_ms
+            segments.append(("synth", p.synth_start_ms, p.synth_ms))
+            if p.gpu_start_ms is not None and p.gpu_start_ms > synth_end:
+                segments.append(("queue", synth_end, p.gpu_start_ms - synth_end))
+        if p.gpu_start_ms is not None and p.gpu_ms is not None:
+            segments.append(("gpu", p.gpu_start_ms, p.gpu_ms))
+        if p.finalize_start_ms is not None and p.finalize_ms is not None:
+            segments.append(("finalize", p.finalize_start_ms, p.finalize_ms))
+        for _, start, length in segments:
+            end = max(end, start + length)
+        bars.append({"index": p.index, "state": p.state, "segments": segments,
+                     "title": partition_title(p)})
+    for bar in bars:
+        bar["segments"] = [
+            {"phase": phase, "left": round(100 * start / end, 2),
+             "width": max(round(100 * length / end, 2), 0.3), "ms": round(length)}
+            for phase, start, length in bar["segments"]
+        ]
+    return {"bars": bars, "total_ms": round(end)}
+
+
+def proof_context(job: ProofJob) -> dict:
+    proof = bytes(job.proof) if job.proof else b""
+    progress = job.engine_progress
+    return {
+        "job": job,
+        "status_id": f"proof-{job.pk}-status",
+        "cells": progress.cells(),
+        "done": progress.count("done"),
+        "phases": [(phase, PHASE_LABELS[phase]) for phase in PARTITION_PHASES],
+        "gantt": gantt(progress),
+        "proof_chunks": [proof[i:i + PROOF_BYTES_PER_PARTITION].hex()
+                         for i in range(0, len(proof), PROOF_BYTES_PER_PARTITION)],
+        "proof_len": len(proof),
+        "progress": job.progress_summary(),
+    }
+
+
+def render_proof(job: ProofJob) -> str:
+    return render_to_string("proofs/fragments/proof_detail.html", proof_context(job))
