@@ -34,11 +34,11 @@ class TestProofForm(forms.Form):
         return [seed + i for i in range(count)]
 
     def clean(self):
-        cleaned = super().clean()
-        seed, count = cleaned.get("seed"), cleaned.get("count")
+        super().clean()
+        seed, count = self.cleaned_data.get("seed"), self.cleaned_data.get("count")
         if seed is not None and count and seed + count - 1 > MAX_SEED:
             self.add_error("seed", f"seed + count - 1 must stay at most {MAX_SEED}")
-        return cleaned
+        return self.cleaned_data
 
 
 class ProofListForm(TableForm):

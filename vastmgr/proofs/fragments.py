@@ -31,7 +31,7 @@ def proof_group(job_id) -> str:
 
 
 def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
-    where = f" on {job.machine.name}" if job.machine_id else ""
+    where = f" on {job.machine.name}" if job.machine else ""
     html = render_toast("error", f"Proof {str(job.pk)[:8]} ({job.kind}/{job.profile}) failed"
                                  f"{where}: {job.error}", reverse("proof", args=[job.pk]))
     groups = [fleet_group(), proof_group(job.pk)]
@@ -43,9 +43,10 @@ def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
 def gantt(progress: JobProgress) -> dict:
     """Each partition's synthesis, wait for a device, device time and finalization as bars on
     one time axis (offsets from the job's submission on its engine)."""
-    bars, end = [], 1.0
+    bars: list[dict] = []
+    end = 1.0
     for p in progress.partitions:
-        segments = []
+        segments: list[tuple[str, float, float]] = []
         if p.synth_start_ms is not None and p.synth_ms is not None:
             synth_end = p.synth_start_ms + p.synth_ms
             segments.append(("synth", p.synth_start_ms, p.synth_ms))

@@ -218,7 +218,7 @@ def record_result(job_id, machine_id: int, record: dict,
 
 def _is_uuid(value: object) -> bool:
     try:
-        uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
+        uuid.UUID(str(value))
+    except ValueError:
         return False
     return True

@@ -154,9 +154,10 @@ class ProofJob(models.Model):
             self.move_to(self.Status.CANCELLED, error=f"cancelled by the operator ({reason})")
             return
         machine = self.machine
+        source = machine.name if machine else "its machine"
         self.move_to(self.Status.QUEUED, engine_job_id="", progress=None)
-        waits = f"; it waits for {machine.name}, the machine its user chose" if self.pinned else ""
-        Event.record("proof", f"proof {self.pk} re-queued from {machine.name}: {reason}{waits}",
+        waits = f"; it waits for {source}, the machine its user chose" if self.pinned else ""
+        Event.record("proof", f"proof {self.pk} re-queued from {source}: {reason}{waits}",
                      machine=machine, level=Event.Level.WARNING, data={"job": str(self.pk)})
 
     # ---- operator actions ------------------------------------------------------------------
