@@ -81,7 +81,11 @@ class _Srs(NamedTuple):
     last_used: float
 
 
-class _Job:
+class JobRecord:
+    """A job as the tracker records it: what it is, its status and error, and its times on the
+    tracker's clock. The one record of a job's state: the engine keeps a reference and reads it,
+    only the tracker writes it (under its lock)."""
+
     __slots__ = (
         "circuit_id",
         "error",
@@ -99,7 +103,8 @@ class _Job:
         "version",
     )
 
-    def __init__(self, job_id, request_id, kind, profile, circuit_id, priority, n, now):
+    def __init__(self, job_id: str, request_id: str | None, kind: str, profile: str,
+                 circuit_id: str, priority: str, n: int, now: float):
         self.job_id = job_id
         self.request_id = request_id
         self.kind = kind
@@ -114,6 +119,10 @@ class _Job:
         self.srs_load_ms: float | None = None
         self.parts: tuple[_Part, ...] = (_Part(),) * n
         self.version = 0  # bumped on every change, so readers can reuse an unchanged snapshot
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
 
     def settled(self) -> bool:
         return all(p.state in SETTLED_PHASES for p in self.parts)
@@ -146,14 +155,14 @@ _TIMER_SLOT = {"synthesizing": 2, "gpu": 3, "finalizing": 4}
 
 
 class _RenderedJob(NamedTuple):
-    job: _Job
+    job: JobRecord
     version: int
     partitions: tuple[PartitionSnapshot | None, ...]  # None where a timer runs
     timed: tuple[tuple[int, tuple, int, float], ...]  # (index, constructor args, slot, since)
     done: int
 
 
-def _render_partitions(job: _Job, version: int, parts: tuple[_Part, ...]) -> _RenderedJob:
+def _render_partitions(job: JobRecord, version: int, parts: tuple[_Part, ...]) -> _RenderedJob:
     origin = job.submitted
     snaps: list[PartitionSnapshot | None] = []
     timed = []
@@ -191,6 +200,8 @@ class StatusTracker:
         self._lock = threading.Lock()
         self._clock = clock
         self._t0 = clock()
+        # what the clock reads at the epoch: wall-clock times for people derive from the one clock
+        self._epoch = self._t0 - time.time()
         self._memory = memory
         self._retention = retention
         self._synth_max = synthesis_max_concurrent
@@ -202,8 +213,8 @@ class StatusTracker:
                 wid = len(self._workers)
                 self._workers.append(_Worker(wid, dev.ordinal))
                 self._device_workers.setdefault(dev.ordinal, []).append(wid)
-        self._jobs: dict[str, _Job] = {}
-        self._ended: dict[str, _Job] = {}  # terminal jobs still listed, oldest ending first
+        self._jobs: dict[str, JobRecord] = {}
+        self._ended: dict[str, JobRecord] = {}  # terminal jobs still listed, oldest ending first
         self._pickups: dict[int, tuple[int, str, int]] = {}  # token -> (worker, job, partition)
         self._tokens = itertools.count(1)
         self._phase_counts = dict.fromkeys(PARTITION_PHASES, 0)
@@ -241,13 +252,26 @@ class StatusTracker:
     def seq(self) -> int:
         return self._seq
 
-    def _job(self, job_id: str) -> _Job:
+    def now(self) -> float:
+        """The tracker's clock, the one every time of a job is read on."""
+        return self._clock()
+
+    def wall_time(self, t: float) -> float:
+        """A time on the tracker's clock as seconds since the epoch, for people to read."""
+        return t - self._epoch
+
+    @property
+    def started(self) -> float:
+        """When the tracker started, on its clock."""
+        return self._t0
+
+    def _job(self, job_id: str) -> JobRecord:
         try:
             return self._jobs[job_id]
         except KeyError:
             raise StatusTransitionError(f"unknown job {job_id!r}") from None
 
-    def _set_partition(self, job: _Job, index: int, state: str, **fields) -> _Part:
+    def _set_partition(self, job: JobRecord, index: int, state: str, **fields) -> _Part:
         old = job.parts[index]
         if state not in _TRANSITIONS.get(old.state, ()):
             raise StatusTransitionError(
@@ -260,9 +284,9 @@ class StatusTracker:
         self._phase_counts[state] += 1
         return new
 
-    def _finish_job(self, job: _Job, status: str, error: str | None, now: float) -> bool:
+    def _finish_job(self, job: JobRecord, status: str, error: str | None, now: float) -> bool:
         """Move a job to a terminal status; counts it exactly once. Returns False if already."""
-        if job.status in TERMINAL_STATUSES:
+        if job.terminal:
             return False
         if job.status == "queued":
             self._queued_by_kind[job.kind] -= 1
@@ -295,18 +319,22 @@ class StatusTracker:
     # ------------------------------------------------------------------ job lifecycle
 
     def register_job(self, job_id: str, *, kind: str, profile: str, circuit_id: str,
-                     priority: str, partitions: int, request_id: str | None = None) -> None:
+                     priority: str, partitions: int,
+                     request_id: str | None = None) -> JobRecord:
+        """Track a new, queued job; returns its record (to read; only the tracker writes it)."""
         if partitions < 1:
             raise ValueError("a job has at least one partition")
         with self._lock:
             if job_id in self._jobs:
                 raise StatusTransitionError(f"job {job_id!r} is already tracked")
-            self._jobs[job_id] = _Job(job_id, request_id, kind, profile, circuit_id, priority,
-                                      partitions, self._clock())
+            record = JobRecord(job_id, request_id, kind, profile, circuit_id, priority,
+                               partitions, self._clock())
+            self._jobs[job_id] = record
             self._phase_counts["pending"] += partitions
             self._queued_by_kind[kind] = self._queued_by_kind.get(kind, 0) + 1
             ls = self._changed()
         self._notify(ls)
+        return record
 
     def job_started(self, job_id: str) -> None:
         with self._lock:
@@ -369,7 +397,7 @@ class StatusTracker:
         """Returns False (and settles the partition) if the job already ended."""
         with self._lock:
             job = self._job(job_id)
-            if job.status in TERMINAL_STATUSES:
+            if job.terminal:
                 return False
             self._set_partition(job, index, "synthesizing", synth_start=self._clock())
             ls = self._changed()
@@ -381,7 +409,7 @@ class StatusTracker:
         with self._lock:
             job = self._job(job_id)
             now = self._clock()
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             self._set_partition(job, index, "synth_done" if alive else "cancelled", synth_end=now)
             ls = self._changed()
         self._notify(ls)
@@ -392,7 +420,7 @@ class StatusTracker:
         None if the job already ended (the partition was settled then and must be dropped)."""
         with self._lock:
             job = self._job(job_id)
-            if job.status in TERMINAL_STATUSES:
+            if job.terminal:
                 return None
             w = self._workers[worker_id]
             if w.token is not None:
@@ -417,7 +445,7 @@ class StatusTracker:
             _, job_id, index = self._pickups[token]
             now = self._clock()
             job = self._jobs[job_id]
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             if alive:
                 self._set_partition(job, index, "finalizing", gpu_end=now, fin_start=now)
             else:
@@ -436,7 +464,7 @@ class StatusTracker:
         with self._lock:
             now = self._clock()
             job = self._job(job_id)
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             self._set_partition(job, index, "done" if alive else "cancelled", fin_end=now)
             if token is not None:
                 self._release_worker(token, now)
@@ -446,8 +474,9 @@ class StatusTracker:
         return alive
 
     def partition_failed(self, job_id: str, index: int, reason: str,
-                         token: int | None = None) -> None:
-        """A partition failed: it fails its job (once) and settles; its worker is released."""
+                         token: int | None = None) -> bool:
+        """A partition failed: it fails its job (once) and settles; its worker is released.
+        Returns True when this failure ended the job (False: it had already ended)."""
         with self._lock:
             now = self._clock()
             job = self._job(job_id)
@@ -462,9 +491,10 @@ class StatusTracker:
             if token is not None:
                 self._release_worker(token, now)
                 self._pickups.pop(token, None)
-            self._finish_job(job, "failed", f"partition {index}: {reason}", now)
+            ended = self._finish_job(job, "failed", f"partition {index}: {reason}", now)
             ls = self._changed()
         self._notify(ls)
+        return ended
 
     # ------------------------------------------------------------------ SRS allocations
 

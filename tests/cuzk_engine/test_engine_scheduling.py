@@ -217,6 +217,25 @@ async def test_split_prove_worker_picks_up_next_partition_before_finalizer_ends(
     await engine.stop()
 
 
+async def test_a_jobs_result_and_its_pipeline_read_one_record_on_one_clock():
+    engine = await started(make_config(), StandInStages())
+    job = engine.submit("porep-c2", "tiny", 1)[0]
+    await finish(engine, [job])
+    result = job.result()
+    pipeline = engine.snapshot().pipelines[0]
+    assert (result["status"], result["error"]) == (pipeline.status, pipeline.error) == (
+        "done", None)
+    assert result["timings"]["queue_ms"] == pipeline.queued_ms
+    assert result["timings"]["srs_load_ms"] == pipeline.srs_load_ms
+    assert result["timings"]["total_ms"] >= result["timings"]["queue_ms"]
+    assert abs(result["submitted_at"] - time.time()) < 60  # wall-clock seconds
+    assert set(result) == {
+        "job_id", "request_id", "kind", "profile", "seed", "priority", "circuit_id",
+        "partitions", "status", "cancelled_by", "submitted_at", "timings", "proof",
+        "public_inputs", "vk", "verified", "error"}
+    await engine.stop()
+
+
 async def test_priorities_order_job_starts_and_ready_partitions():
     si = StandInStages(delay=0.002)
     engine = await started(make_config(synth=1, workers=1), si)
