@@ -355,7 +355,7 @@ class Engine:
                   proofs=[None] * n, public_inputs=[None] * n, unsettled=n)
         self._job_seq += 1
         self._jobs[job_id] = job
-        position = self._job_queue.push(job_id, kind, prio)
+        position = self._job_queue.push(job_id, prio)
         self._wake_admit.set()
         return job, position, True
 
