@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from cuzk_engine.backend import cuda
 from cuzk_engine.backend.cpu import CpuBackend
 from cuzk_engine.curve import G1Bases, G1Point, Scalar
+from cuzk_engine.errors import CudaUnavailable
 from cuzk_engine.field import MODULUS
 from cuzk_engine.native import gpu_driver
 
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         backend = cuda.CudaBackend.create(args.device)
-    except cuda.CudaUnavailable as exc:
+    except CudaUnavailable as exc:
         print(f"gpu_check: no usable GPU, nothing checked: {exc}", file=sys.stderr)
         return 2
     import cupy

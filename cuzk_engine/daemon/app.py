@@ -21,15 +21,16 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
-from cuzk_engine.engine.memory import BudgetExceeded
-from cuzk_engine.engine.orchestrator import (
-    Engine,
+from cuzk_engine.engine.orchestrator import Engine
+from cuzk_engine.errors import (
+    BudgetExceeded,
+    CuzkError,
     EngineNotAccepting,
+    InvalidRequest,
     JobNotFound,
     RequestConflict,
+    SrsInUse,
 )
-from cuzk_engine.engine.srs import SrsInUse
-from cuzk_engine.errors import CuzkError, InvalidRequest
 
 log = logging.getLogger("cuzk_engine.daemon")
 
@@ -64,7 +65,7 @@ async def errors_middleware(request: web.Request, handler):
             raise
         return error(e.status, e.reason if not e.text or e.text.startswith(str(e.status))
                      else e.text)
-    except BodyError as e:
+    except _BodyError as e:
         return error(e.status, str(e))
     except CuzkError as e:
         for cls, status in _STATUS_FOR:
@@ -130,21 +131,21 @@ async def read_json(request: web.Request):
     except LookupError:
         utf8 = False
     if not utf8:
-        raise BodyError(415, f"unsupported charset {charset[:40]!r}: send UTF-8 JSON")
+        raise _BodyError(415, f"unsupported charset {charset[:40]!r}: send UTF-8 JSON")
     try:
         text = (await request.read()).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BodyError(400, f"request body is not valid UTF-8: {e}") from None
+        raise _BodyError(400, f"request body is not valid UTF-8: {e}") from None
     depth = _nesting_depth(text)
     if depth > MAX_JSON_DEPTH:
-        raise BodyError(400, f"request body is nested {depth} deep; at most {MAX_JSON_DEPTH}")
+        raise _BodyError(400, f"request body is nested {depth} deep; at most {MAX_JSON_DEPTH}")
     try:
         return json.loads(text, parse_float=_no_float, parse_constant=_no_constant)
     except ValueError as e:  # JSONDecodeError, a float, NaN/Infinity, an int of > 4300 digits
-        raise BodyError(400, f"request body is not valid JSON: {e}") from None
+        raise _BodyError(400, f"request body is not valid JSON: {e}") from None
 
 
-class BodyError(Exception):
+class _BodyError(Exception):
     """A request body the API cannot read; ``status`` is the 4xx it answers."""
 
     def __init__(self, status: int, message: str):

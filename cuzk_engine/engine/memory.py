@@ -12,11 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Self
 
-from cuzk_engine.errors import CuzkError
-
-
-class BudgetExceeded(CuzkError):
-    """A single reservation is larger than the whole memory budget and can never fit."""
+from cuzk_engine.errors import BudgetExceeded
 
 
 def format_bytes(n: int) -> str:

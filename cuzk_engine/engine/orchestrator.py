@@ -24,14 +24,21 @@ from typing import Any
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
-from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
+from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
 from cuzk_engine.engine.snapshot import snapshot_violations
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.engine.status import JobRecord, StatusTracker
-from cuzk_engine.errors import CuzkError, InvalidRequest
+from cuzk_engine.errors import (
+    BudgetExceeded,
+    CuzkError,
+    EngineNotAccepting,
+    InvalidRequest,
+    JobNotFound,
+    RequestConflict,
+)
 from cuzk_engine.vocabulary import PRIORITY_RANK
 
 log = logging.getLogger("cuzk_engine.engine")
@@ -47,18 +54,6 @@ def _shown(value: Any, limit: int = 60) -> str:
     except ValueError:  # an int past Python's digit limit for str()
         return "a number too large to show"
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-class EngineNotAccepting(CuzkError):
-    """The engine is draining or stopped and takes no new jobs."""
-
-
-class RequestConflict(CuzkError):
-    """A request_id was reused for a different request."""
-
-
-class JobNotFound(CuzkError):
-    """No job with that id (never submitted, or its result retention ran out)."""
 
 
 @dataclass(eq=False)

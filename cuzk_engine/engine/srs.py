@@ -19,11 +19,7 @@ from typing import Any
 from cuzk_engine.engine.memory import MemoryBudget, Reservation
 from cuzk_engine.engine.stages import Stages
 from cuzk_engine.engine.status import StatusTracker
-from cuzk_engine.errors import CuzkError, InvalidRequest
-
-
-class SrsInUse(CuzkError):
-    """Eviction was asked for parameters that a running job still uses."""
+from cuzk_engine.errors import InvalidRequest, SrsInUse
 
 
 @dataclass

@@ -36,6 +36,7 @@ from cuzk_engine.engine.snapshot import (
     SynthesisSnapshot,
     WorkerSnapshot,
 )
+from cuzk_engine.errors import StatusTransitionError
 from cuzk_engine.vocabulary import PARTITION_PHASES, SETTLED_PHASES, TERMINAL_STATUSES
 
 # Allowed phase transitions; anything else is an engine bug and raises at once.
@@ -46,10 +47,6 @@ _TRANSITIONS = {
     "gpu": {"finalizing", "failed", "cancelled"},
     "finalizing": {"done", "failed", "cancelled"},
 }
-
-
-class StatusTransitionError(RuntimeError):
-    """An engine component asked for a transition the status model forbids (a bug)."""
 
 
 class _Part(NamedTuple):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import pytest
 
 from cuzk_engine.config import EngineConfig
-from cuzk_engine.engine.orchestrator import Engine, EngineNotAccepting, RequestConflict
+from cuzk_engine.engine.orchestrator import Engine
 from cuzk_engine.engine.snapshot import snapshot_violations
 from cuzk_engine.engine.stages import Stages
-from cuzk_engine.errors import InvalidRequest
+from cuzk_engine.errors import EngineNotAccepting, InvalidRequest, RequestConflict
 
 PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
 FAIL_SYNTH_SEED = 666  # partition 1 of this seed fails synthesis

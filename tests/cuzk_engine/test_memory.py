@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, format_bytes
+from cuzk_engine.engine.memory import MemoryBudget, format_bytes
+from cuzk_engine.errors import BudgetExceeded
 
 
 def budget(total=1000, **kw):

@@ -12,10 +12,9 @@ from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.status import (
     DeviceInfo,
     StatusTracker,
-    StatusTransitionError,
     _Worker,
 )
-from cuzk_engine.errors import SnapshotFormatError
+from cuzk_engine.errors import SnapshotFormatError, StatusTransitionError
 
 CPU = [DeviceInfo(0, "cpu", "cpu", "test cpu device")]
 
