@@ -64,10 +64,6 @@ class DeviceMemory:
         with self._lock:
             return sum(self._by_owner.values())
 
-    def breakdown(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._by_owner)
-
 
 _instances: dict[int, CudaBackend] = {}
 _instances_lock = threading.Lock()

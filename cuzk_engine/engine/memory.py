@@ -87,14 +87,6 @@ class MemoryBudget:
                 f"{format_bytes(self.total)}; raise memory.total_budget"
             )
 
-    def try_reserve(self, nbytes: int, what: str) -> Reservation | None:
-        self.check_fits(nbytes, what)
-        with self._lock:
-            if self._used + nbytes > self.total:
-                return None
-            self._used += nbytes
-        return Reservation(self, nbytes, what)
-
     async def reserve(self, nbytes: int, what: str) -> Reservation:
         """Wait until ``nbytes`` fit, evicting idle parameters first; fails fast if they never
         can."""

@@ -27,7 +27,6 @@ from cuzk_engine.engine.devices import Device, open_devices
 from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
-from cuzk_engine.engine.snapshot import snapshot_violations
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.engine.status import JobRecord, StatusTracker
@@ -724,6 +723,3 @@ class Engine:
                 finished = job.record.finished
                 if finished is not None and job.settled.is_set() and now - finished > keep:
                     del self._jobs[jid]
-
-    def check_invariants(self) -> list[str]:
-        return snapshot_violations(self.tracker.snapshot())

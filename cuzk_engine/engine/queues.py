@@ -63,11 +63,6 @@ class JobQueue:
                 return entry.job_id
         return None
 
-    def peek_rank(self) -> int | None:
-        while self._heap and self._heap[0].removed:
-            heapq.heappop(self._heap)
-        return self._heap[0].key[0] if self._heap else None
-
     def remove(self, job_id: str) -> bool:
         entry = self._by_id.pop(job_id, None)
         if entry is None:

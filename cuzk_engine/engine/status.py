@@ -377,11 +377,6 @@ class StatusTracker:
         self._notify(ls)
         return changed
 
-    def job_status(self, job_id: str) -> str | None:
-        with self._lock:
-            job = self._jobs.get(job_id)
-            return job.status if job else None
-
     def set_accepting(self, accepting: bool) -> None:
         with self._lock:
             self._accepting = accepting

@@ -28,21 +28,6 @@ def lc_eval(lc: LC, values: list[int]) -> int:
     return sum(coeff * values[var] for var, coeff in lc.items()) % MODULUS
 
 
-def lc_add(x: LC, y: LC, scale: int = 1) -> LC:
-    """x + scale * y."""
-    out = dict(x)
-    for var, coeff in y.items():
-        out[var] = (out.get(var, 0) + scale * coeff) % MODULUS
-    return {v: c for v, c in out.items() if c}
-
-
-def lc_scale(x: LC, scale: int) -> LC:
-    scale %= MODULUS
-    if not scale:
-        return {}
-    return {v: c * scale % MODULUS for v, c in x.items()}
-
-
 @dataclass
 class ConstraintSystem:
     matrices: bool = True
@@ -64,10 +49,6 @@ class ConstraintSystem:
     @property
     def num_variables(self) -> int:
         return len(self.values)
-
-    @property
-    def num_aux(self) -> int:
-        return len(self.values) - self.num_inputs
 
     @property
     def num_constraints(self) -> int:

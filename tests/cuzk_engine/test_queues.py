@@ -59,15 +59,14 @@ def test_a_removed_job_is_never_popped_and_the_rest_keep_their_order():
     assert drain(q) == ["j1", "j3"] and len(q) == 0
 
 
-def test_peek_rank_skips_removed_entries():
+def test_a_removed_job_at_the_head_gives_way_to_the_next_in_priority_order():
     q = JobQueue()
     q.push("c", "critical")
     q.push("n", "normal")
-    assert q.peek_rank() == 0
-    q.remove("c")
-    assert q.peek_rank() == 2
-    q.pop()
-    assert q.peek_rank() is None
+    q.push("l", "low")
+    assert q.remove("c")
+    assert q.position("n") == 0 and q.position("l") == 1
+    assert drain(q) == ["n", "l"]
 
 
 def test_partitions_equal_keys_never_overwrite():
