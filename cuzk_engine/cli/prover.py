@@ -14,6 +14,7 @@ from pathlib import Path
 from cuzk_engine import circuits, groth16
 from cuzk_engine.backend import select_backend
 from cuzk_engine.cli import add_param_cache_argument, param_cache
+from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError
 from cuzk_engine.field import MODULUS
 
@@ -92,7 +93,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     proofs, inputs, parts = [], [], []
     started = time.perf_counter()
     for partition in range(circuits.partition_count(kind, profile)):
-        synth = groth16.synthesize(kind, profile, seed, partition)
+        synth = synthesize(kind, profile, seed, partition)
         proof = groth16.prove(synth, params, backend)
         if not groth16.verify(params.vk, synth.public_inputs, proof):
             raise InvalidRequest(f"partition {partition}: the fresh proof does not verify")
@@ -204,7 +205,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
     setup_s = _ensure(cache, kind, profile)
     params = groth16.load_parameters(cache, cid)
     backend = select_backend(backend_name)
-    synth = groth16.synthesize(kind, profile, 1, 0)
+    synth = synthesize(kind, profile, 1, 0)
     t0 = time.perf_counter()
     pending = groth16.prove_start(synth, params, backend)
     t1 = time.perf_counter()
@@ -212,7 +213,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
     t2 = time.perf_counter()
     if not groth16.verify(params.vk, synth.public_inputs, proof):
         raise InvalidRequest(f"{cid}: benchmark proof does not verify")
-    synth_overlapped = groth16.synthesize(kind, profile, 2, 0)
+    synth_overlapped = synthesize(kind, profile, 2, 0)
     t3 = time.perf_counter()
     groth16.prove(synth_overlapped, params, backend)
     overlapped_s = time.perf_counter() - t3

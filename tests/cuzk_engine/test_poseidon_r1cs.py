@@ -2,7 +2,8 @@ import random
 
 import pytest
 
-from cuzk_engine import circuits, groth16
+from cuzk_engine import circuits
+from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, UnsatisfiedCircuit
 from cuzk_engine.field import MODULUS
 from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
@@ -84,9 +85,9 @@ def test_small_profile_size_is_exact():
 
 
 def test_synthesis_is_deterministic_and_seed_dependent():
-    a = groth16.synthesize("porep-c2", "tiny", 3, 2)
-    b = groth16.synthesize("porep-c2", "tiny", 3, 2)
-    c = groth16.synthesize("porep-c2", "tiny", 4, 2)
+    a = synthesize("porep-c2", "tiny", 3, 2)
+    b = synthesize("porep-c2", "tiny", 3, 2)
+    c = synthesize("porep-c2", "tiny", 4, 2)
     assert a.public_inputs == b.public_inputs and (a.witness == b.witness).all()
     assert a.public_inputs != c.public_inputs
 
@@ -96,7 +97,7 @@ def test_unsatisfied_witness_is_caught_before_proving(monkeypatch):
     monkeypatch.setattr(SparseMerkleTree, "siblings",
                         lambda self, index: [s + 1 for s in real(self, index)])
     with pytest.raises(UnsatisfiedCircuit, match="inclusion of leaf"):
-        groth16.synthesize("winning-post", "tiny", 1, 0)
+        synthesize("winning-post", "tiny", 1, 0)
 
 
 @pytest.mark.parametrize("kind,profile,seed,partition", [
@@ -106,7 +107,7 @@ def test_unsatisfied_witness_is_caught_before_proving(monkeypatch):
 ])
 def test_bad_requests_are_rejected(kind, profile, seed, partition):
     with pytest.raises(InvalidRequest):
-        groth16.synthesize(kind, profile, seed, partition)
+        synthesize(kind, profile, seed, partition)
 
 
 def test_contract_constants():
