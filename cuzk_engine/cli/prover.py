@@ -17,6 +17,7 @@ from cuzk_engine.cli import add_param_cache_argument, param_cache
 from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError
 from cuzk_engine.field import MODULUS
+from cuzk_engine.vocabulary import KINDS, PROFILES
 
 
 def _seed(text: str) -> int:
@@ -29,8 +30,8 @@ def _seed(text: str) -> int:
     return value
 
 
-def _add_kind_profile(parser: argparse.ArgumentParser, profiles=circuits.PROFILES) -> None:
-    parser.add_argument("--kind", required=True, choices=circuits.KINDS)
+def _add_kind_profile(parser: argparse.ArgumentParser, profiles=PROFILES) -> None:
+    parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--profile", required=True, choices=profiles)
 
 
@@ -164,8 +165,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def circuit_table() -> list[dict]:
     rows = []
-    for kind in circuits.KINDS:
-        for profile in circuits.PROFILES:
+    for kind in KINDS:
+        for profile in PROFILES:
             rows.append({
                 "circuit_id": circuits.circuit_id(kind, profile),
                 "partitions": circuits.partition_count(kind, profile),
@@ -236,7 +237,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
 
 def cmd_bench_prover(args: argparse.Namespace) -> int:
     cache = param_cache(args)
-    kinds = circuits.KINDS if args.kind == "all" else (args.kind,)
+    kinds = KINDS if args.kind == "all" else (args.kind,)
     rows = [bench_partition(cache, kind, args.profile, args.backend) for kind in kinds]
     print(json.dumps({"profile": args.profile, "cpu_count": os.cpu_count(),
                       "loadavg": [round(x, 2) for x in os.getloadavg()], "results": rows},
@@ -282,8 +283,8 @@ def register(subparsers) -> None:
 
 def register_bench(bench) -> None:
     p = bench.add_parser("prover", help="time one partition: synthesis, NTTs, MSMs, finish")
-    p.add_argument("--profile", required=True, choices=("tiny", "small", "medium", "large"))
-    p.add_argument("--kind", default="all", choices=("all", *circuits.KINDS))
+    p.add_argument("--profile", required=True, choices=PROFILES)
+    p.add_argument("--kind", default="all", choices=("all", *KINDS))
     _add_backend(p)
     add_param_cache_argument(p)
     p.set_defaults(func=cmd_bench_prover)

@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 from cuzk_engine.errors import SnapshotFormatError
-from cuzk_engine.vocabulary import PARTITION_PHASES
+from cuzk_engine.vocabulary import PARTITION_PHASES, WAITING_PHASES
 
 _T = TypeVar("_T")
 
@@ -270,8 +270,7 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
                 bad.append(f"{p.job_id}: queued with partitions {states}")
         if p.status == "done" and any(s != "done" for s in states):
             bad.append(f"{p.job_id}: done with partitions {states}")
-        if p.status in ("failed", "cancelled") and any(s in ("pending", "synth_done")
-                                                       for s in states):
+        if p.status in ("failed", "cancelled") and any(s in WAITING_PHASES for s in states):
             bad.append(f"{p.job_id}: {p.status} but partitions still waiting: {states}")
         if p.status in ("queued", "running") and any(s in ("failed", "cancelled")
                                                      for s in states):

@@ -60,6 +60,7 @@ def synthesize(kind: str, profile: str, seed: int, partition: int) -> Synthesis:
 def real_stages() -> Stages:
     from cuzk_engine import circuits, groth16
     from cuzk_engine.backend import select_backend
+    from cuzk_engine.vocabulary import KINDS, PROFILES
 
     return Stages(
         synthesize=synthesize,
@@ -73,7 +74,7 @@ def real_stages() -> Stages:
         partition_count=circuits.partition_count,
         working_set_bytes=circuits.working_set_bytes,
         select_backend=select_backend,
-        kinds=tuple(circuits.KINDS),
-        profiles=tuple(circuits.PROFILES),
+        kinds=KINDS,
+        profiles=PROFILES,
         max_seed=circuits.MAX_SEED,
     )

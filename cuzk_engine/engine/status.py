@@ -37,7 +37,12 @@ from cuzk_engine.engine.snapshot import (
     WorkerSnapshot,
 )
 from cuzk_engine.errors import StatusTransitionError
-from cuzk_engine.vocabulary import PARTITION_PHASES, SETTLED_PHASES, TERMINAL_STATUSES
+from cuzk_engine.vocabulary import (
+    PARTITION_PHASES,
+    SETTLED_PHASES,
+    TERMINAL_STATUSES,
+    WAITING_PHASES,
+)
 
 # Allowed phase transitions; anything else is an engine bug and raises at once.
 _TRANSITIONS = {
@@ -297,7 +302,7 @@ class StatusTracker:
         table[job.kind] = table.get(job.kind, 0) + 1
         for i, p in enumerate(job.parts):
             # Parts nobody is working on settle now; in-flight ones settle when their step ends.
-            if p.state in ("pending", "synth_done"):
+            if p.state in WAITING_PHASES:
                 self._set_partition(job, i, "cancelled")
         return True
 

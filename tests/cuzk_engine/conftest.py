@@ -7,12 +7,13 @@ import pytest
 from pyblst import BlstP1Element, BlstP2Element, final_verify, miller_loop
 
 from cuzk_engine import circuits, groth16
+from cuzk_engine.vocabulary import KINDS
 
 
 @pytest.fixture(scope="session")
 def tiny_cache(tmp_path_factory):
     cache = tmp_path_factory.mktemp("params")
-    for kind in circuits.KINDS:
+    for kind in KINDS:
         groth16.ensure_parameters(cache, kind, "tiny")
     return cache
 
@@ -20,7 +21,7 @@ def tiny_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_params(tiny_cache):
     return {kind: groth16.load_parameters(tiny_cache, circuits.circuit_id(kind, "tiny"))
-            for kind in circuits.KINDS}
+            for kind in KINDS}
 
 
 def blst_verify(vk_json: dict, public_inputs: list[int], proof: bytes) -> bool:

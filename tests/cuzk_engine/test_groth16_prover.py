@@ -10,6 +10,7 @@ from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError, UnsatisfiedCircuit
 from cuzk_engine.field import MODULUS
 from cuzk_engine.r1cs import ConstraintSystem
+from cuzk_engine.vocabulary import KINDS
 from tests.cuzk_engine.conftest import blst_verify
 
 
@@ -18,7 +19,7 @@ def proved(tiny_params):
     """kind -> (vk json, [public inputs per partition], [proof per partition])."""
     backend = select_backend("cpu")
     out = {}
-    for kind in circuits.KINDS:
+    for kind in KINDS:
         params = tiny_params[kind]
         inputs, proofs = [], []
         for partition in range(circuits.partition_count(kind, "tiny")):
@@ -33,7 +34,7 @@ def proved(tiny_params):
     return out
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_partition_verifies_with_us_and_with_blst(kind, proved, tiny_params):
     vk_json, inputs, proofs = proved[kind]
     vk = groth16.VerifyingKey.from_json(json.loads(json.dumps(vk_json)))
@@ -64,7 +65,7 @@ def test_flipping_any_byte_breaks_the_proof(proved, tiny_params):
             assert _rejects(vk, vk_json, inputs[0], bytes(bad)), (i, mask)
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_changing_any_public_input_fails(kind, proved, tiny_params):
     vk_json, inputs, proofs = proved[kind]
     vk = tiny_params[kind].vk

@@ -10,6 +10,7 @@ from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
 from cuzk_engine.gadgets.merkle import SparseMerkleTree
 from cuzk_engine.gadgets.poseidon import hash2, hash2_gadget, permute, permute_gadget
 from cuzk_engine.r1cs import ConstraintSystem
+from cuzk_engine.vocabulary import KINDS, PROFILES
 
 
 def test_poseidon_matches_published_test_vector():
@@ -70,7 +71,7 @@ def test_sparse_merkle_paths():
         assert node == tree.root
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_tiny_circuits_match_their_advertised_size(kind):
     cs = circuits.build(kind, "tiny", 5, circuits.partition_count(kind, "tiny") - 1)
     cs.check_satisfied()
@@ -112,12 +113,17 @@ def test_bad_requests_are_rejected(kind, profile, seed, partition):
 
 def test_contract_constants():
     assert circuits.circuit_id("snap-update", "tiny") == "snap-update.tiny"
-    assert [circuits.partition_count(k, "tiny") for k in circuits.KINDS] == [1, 1, 16, 10]
+    assert [circuits.partition_count(k, "tiny") for k in KINDS] == [1, 1, 16, 10]
     assert circuits.working_set_bytes("porep-c2", "medium") > 3 * 32 * 2**16
     assert circuits.MAX_SEED == 2**64 - 1
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+def test_every_kind_and_profile_of_the_vocabulary_has_a_circuit_and_no_other():
+    assert list(circuits.SHAPES) == list(circuits.PARTITIONS) == list(KINDS)
+    assert all(list(by_profile) == list(PROFILES) for by_profile in circuits.SHAPES.values())
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_values_only_synthesis_matches_the_matrix_build(kind):
     """The prover's fast values-only path must produce the exact rows the setup saw."""
     full = circuits.build(kind, "tiny", 8, 0)
