@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def _sources_digest() -> str:
 class _Runner:
     """gpu_driver.KernelRunner over cupy RawModules on one device."""
 
-    def __init__(self, cupy, modules: dict[str, object]):
+    def __init__(self, cupy, modules: dict[str, Any]):
         self._cupy = cupy
         self._functions = {}
         for source, names in gpu_driver.KERNEL_FILES.items():
@@ -121,7 +121,7 @@ class CudaBackend:
         self._device = cupy.cuda.Device(ordinal)
         self._lock = threading.Lock()
         self._runner: _Runner | None = None
-        self._twiddles: dict[tuple[int, bool], object] = {}
+        self._twiddles: dict[tuple[int, bool], Any] = {}  # cupy arrays
         self._bases: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.memory = device_memory(ordinal)
         # owner keys are per instance: several backends may share a device's account

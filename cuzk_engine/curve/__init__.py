@@ -72,7 +72,7 @@ def scalars_from_le_bytes(chunks: Sequence[bytes]) -> list[Scalar]:
 
 
 class _Bases:
-    point_type = G1Point
+    point_type: type[G1Point | G2Point] = G1Point
     xy_len = G1_XY
 
     def __init__(self, xy: bytes):

@@ -16,8 +16,10 @@ import os
 import re
 import time
 import uuid
+from typing import Any, NoReturn
 
 from aiohttp import WSMsgType, web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
@@ -57,7 +59,7 @@ def error(status: int, message: str) -> web.Response:
 
 
 @web.middleware
-async def errors_middleware(request: web.Request, handler):
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPException as e:
@@ -78,9 +80,9 @@ async def errors_middleware(request: web.Request, handler):
         return error(500, "internal error (logged by the engine)")
 
 
-def auth_middleware(token: str | None):
+def auth_middleware(token: str | None) -> Middleware:
     @web.middleware
-    async def check(request: web.Request, handler):
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if token is not None:
             header = request.headers.get("Authorization", "")
             given = header[7:] if header.startswith("Bearer ") else ""
@@ -122,7 +124,7 @@ async def post_proof(request: web.Request) -> web.Response:
         status=202 if created else 200)
 
 
-async def read_json(request: web.Request):
+async def read_json(request: web.Request) -> Any:
     """The request body as JSON, or a 4xx saying what is wrong with it. The body size is
     bounded by the app's client_max_size (413); here: charset, nesting depth, syntax."""
     charset = request.charset or "utf-8"
@@ -171,11 +173,11 @@ def _nesting_depth(text: str) -> int:
     return deepest
 
 
-def _no_float(s: str):
+def _no_float(s: str) -> NoReturn:
     raise ValueError(f"numbers must be integers, got {s[:40]}")
 
 
-def _no_constant(s: str):
+def _no_constant(s: str) -> NoReturn:
     raise ValueError(f"{s} is not a number JSON allows")
 
 

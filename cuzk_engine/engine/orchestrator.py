@@ -17,16 +17,17 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
 from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
+from cuzk_engine.engine.snapshot import EngineSnapshot
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.engine.status import JobRecord, StatusTracker
@@ -152,8 +153,10 @@ class Job:
                 "finalize_ms": _r(self.finalize_ms),
                 "total_ms": _r(total),
             },
-            "proof": b"".join(self.proofs).hex() if done else None,
-            "public_inputs": ([[str(x) for x in pi] for pi in self.public_inputs]
+            # done: every partition's proof and public inputs are in
+            "proof": b"".join(cast("list[bytes]", self.proofs)).hex() if done else None,
+            "public_inputs": ([[str(x) for x in pi]
+                               for pi in cast("list[list[int]]", self.public_inputs)]
                               if done else None),
             "vk": self.vk if done else None,
             "verified": self.verified,
@@ -174,6 +177,11 @@ class _Item:
     reservation: Reservation | None = None
     synth: Any = None
 
+    def keep_reserved(self, nbytes: int) -> None:
+        """Shrink the partition's reservation to what it still holds in memory."""
+        if self.reservation is not None:
+            self.reservation.shrink_to(nbytes)
+
 
 class Engine:
     def __init__(self, config: EngineConfig, *, stages: Stages | None = None,
@@ -191,7 +199,7 @@ class Engine:
             retention=config.status.retention,
         )
         self.srs = SrsManager(config.param_cache, self.budget, self.tracker, self.stages,
-                              min_idle=config.memory.eviction_min_idle)
+                              min_idle=config.memory.eviction_min_idle, clock=self.tracker.now)
         self.budget.evictor = self.srs.evict_idle
         self._own_synth_executor = synth_executor is None
         self._synth_executor = synth_executor
@@ -285,7 +293,7 @@ class Engine:
             self._synth_executor.shutdown(wait=not fast, cancel_futures=True)
         self.srs.evict_all_idle()
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._task_done)
@@ -384,7 +392,7 @@ class Engine:
         job.collected.set()  # whoever cancelled it gets the result in the answer
         return job
 
-    def snapshot(self):
+    def snapshot(self) -> EngineSnapshot:
         return self.tracker.snapshot()
 
     async def preload(self, circuit_id: str) -> tuple[bool, float]:
@@ -434,9 +442,9 @@ class Engine:
             self._job_ended(item.job)
         self._settle(item.job)
 
-    def _end_job(self, job: Job, status: str, reason: str | None = None) -> None:
-        """End a job (unless it has ended already): the tracker records how, then the engine
-        lets go of what the job still holds."""
+    def _end_job(self, job: Job, status: str, reason: str = "") -> None:
+        """End a job (unless it has ended already): the tracker records how (``reason``: why it
+        failed or was cancelled), then the engine lets go of what the job still holds."""
         if status == "done":
             self.tracker.job_done(job.job_id)  # raises if it had ended: a bug
         elif status == "failed":
@@ -483,9 +491,9 @@ class Engine:
             await self._wake_admit.wait()
             self._wake_admit.clear()
             # keep the synthesis stage fed without draining the priority queue into it
-            while len(self._job_queue) and len(self._synth_queue) < self.synth_workers:
-                job = self._jobs[self._job_queue.pop()]
-                await self._start_job(job)
+            while (len(self._synth_queue) < self.synth_workers
+                   and (job_id := self._job_queue.pop()) is not None):
+                await self._start_job(self._jobs[job_id])
 
     async def _start_job(self, job: Job) -> bool:
         self.tracker.job_started(job.job_id)
@@ -535,10 +543,9 @@ class Engine:
         slots = asyncio.Semaphore(self.synth_workers)
         while True:
             await slots.acquire()
-            while not len(self._synth_queue):
+            while (item := self._synth_queue.pop()) is None:
                 self._wake_synth.clear()
                 await self._wake_synth.wait()
-            item = self._synth_queue.pop()
             self._wake_admit.set()
             task = self._spawn(self._synthesize(item))
             task.add_done_callback(lambda _t: slots.release())
@@ -636,11 +643,9 @@ class Engine:
             return None
         job.gpu_ms += start_ms + finish_ms
         job.device_lock_ms += held_ms
-        if split:
-            # the a/b/c evaluations are consumed: keep only what the pending proof holds
-            item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
-        else:
-            item.reservation.close()
+        # split: the a/b/c evaluations are consumed, only what the pending proof holds stays;
+        # else the proof is done and nothing of the partition's working set stays
+        item.keep_reserved(int(getattr(out, "nbytes", 0)) if split else 0)
         if not self.tracker.device_done(token):
             self._release(item)
             self._settle(job)

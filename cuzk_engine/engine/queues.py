@@ -37,7 +37,7 @@ class _Entry:
 class JobQueue:
     """Jobs waiting to start: higher priority first, FIFO within a priority."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._by_id: dict[str, _Entry] = {}
         self._fifo = itertools.count()
@@ -83,7 +83,7 @@ class JobQueue:
 class PartitionQueue:
     """Ready partitions: by priority, then the lowest partition of the oldest pipeline first."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._by_job: dict[str, list[_Entry]] = {}
         self._tiebreak = itertools.count()

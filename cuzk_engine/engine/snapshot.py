@@ -38,7 +38,7 @@ class PartitionSnapshot(NamedTuple):
     because a frozen dataclass costs ~15x more to build and running timers rebuild some of these
     on every snapshot."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a JSON key; it hides tuple.index, unused here
     state: str
     synth_ms: float | None
     gpu_ms: float | None
@@ -201,9 +201,10 @@ def _field_reader(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple]
     return names, attrgetter(*names)
 
 
-def _as_dict(obj) -> dict:
+def _as_dict(obj: object) -> dict[str, Any]:
     """A flat dataclass as a dict (one level: nested values are handled by the caller)."""
-    names, get = _field_reader(type(obj))
+    # a class is hashable; mypy reads type[object].__hash__ as the unbound method
+    names, get = _field_reader(type(obj))  # type: ignore[arg-type]
     return dict(zip(names, get(obj)))
 
 

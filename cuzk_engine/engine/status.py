@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from cuzk_engine import __version__
 from cuzk_engine.engine.snapshot import (
@@ -167,7 +167,7 @@ class _RenderedJob(NamedTuple):
 def _render_partitions(job: JobRecord, version: int, parts: tuple[_Part, ...]) -> _RenderedJob:
     origin = job.submitted
     snaps: list[PartitionSnapshot | None] = []
-    timed = []
+    timed: list[tuple[int, tuple, int, float]] = []
     for i, p in enumerate(parts):
         args = (i, p.state, _span(p.synth_start, p.synth_end), _span(p.gpu_start, p.gpu_end),
                 _span(p.fin_start, p.fin_end), _offset(origin, p.synth_start),
@@ -177,6 +177,7 @@ def _render_partitions(job: JobRecord, version: int, parts: tuple[_Part, ...]) -
             snaps.append(PartitionSnapshot(*args))
         else:
             since = (p.synth_start, p.gpu_start, p.fin_start)[slot - 2]
+            assert since is not None, "a running phase has its start"
             snaps.append(None)
             timed.append((i, args, slot, since))
     return _RenderedJob(job, version, tuple(snaps), tuple(timed),
@@ -314,6 +315,7 @@ class StatusTracker:
         w = self._workers[pick[0]]
         if w.token != token:
             return
+        assert w.busy_since is not None, "a worker holding a pickup is busy"
         self._workers[pick[0]] = _Worker(
             w.worker_id, w.gpu_ordinal, busy_total=w.busy_total + (now - w.busy_since)
         )
@@ -516,6 +518,7 @@ class StatusTracker:
         still inside the retention: a reader never scans the live jobs here."""
         gone = []
         for jid, job in self._ended.items():
+            assert job.finished is not None, "an ended job has finished"
             if now - job.finished < self._retention:
                 break
             if job.settled():  # a partition still on a device or finalizing keeps it listed
@@ -574,7 +577,8 @@ class StatusTracker:
             pipelines.append(PipelineSnapshot(
                 job.job_id, job.request_id, job.kind, job.kind, job.profile, job.circuit_id,
                 job.priority, status, error, round(now - submitted, 3),
-                _ms(submitted, started, now), srs_ms, len(parts), rendered.done, psnaps,
+                _ms(submitted, started, now), srs_ms, len(parts), rendered.done,
+                cast("list[PartitionSnapshot]", psnaps),  # every running timer filled in
             ))
         self._pipe_cache = cache
         wsnaps = [

@@ -43,10 +43,10 @@ def alloc_input(cs: ConstraintSystem, value: int) -> Num:
 def linear(terms: Sequence[tuple[int, Num]], const: int = 0) -> Num:
     """sum coeff_i * x_i + const, with no constraint."""
     value = const + sum(coeff * x.value for coeff, x in terms)
-    if any(x.lc is None for _, x in terms):
-        return Num(None, value % MODULUS)
     lc: LC = {ONE: const % MODULUS} if const % MODULUS else {}
     for coeff, x in terms:
+        if x.lc is None:  # values only: no linear combination is built
+            return Num(None, value % MODULUS)
         for var, k in x.lc.items():
             lc[var] = (lc.get(var, 0) + coeff * k) % MODULUS
     return Num({v: k for v, k in lc.items() if k}, value % MODULUS)

@@ -80,12 +80,17 @@ class ConstraintSystem:
         """a * b = c. `values` are the three combinations' values when the caller knows them."""
         if self._sealed:
             raise RuntimeError("constraint system is sealed")
-        if values is None:
-            values = (lc_eval(a, self.values), lc_eval(b, self.values), lc_eval(c, self.values))
-        if self.matrices:
-            self.a.append(a)
-            self.b.append(b)
-            self.c.append(c)
+        if values is None or self.matrices:
+            if a is None or b is None or c is None:
+                raise RuntimeError("the constraint's linear combinations are needed: to evaluate "
+                                   "it, or to keep the matrices")
+            if values is None:
+                values = (lc_eval(a, self.values), lc_eval(b, self.values),
+                          lc_eval(c, self.values))
+            if self.matrices:
+                self.a.append(a)
+                self.b.append(b)
+                self.c.append(c)
         self.a_vals.append(values[0] % MODULUS)
         self.b_vals.append(values[1] % MODULUS)
         self.c_vals.append(values[2] % MODULUS)
