@@ -1,5 +1,9 @@
 """The StatusTracker: the one place that knows what every job, partition and worker is doing.
 
+A job's status, error and times live in its JobRecord here and nowhere else: the engine reads
+the record and keeps only what the tracker does not hold. Every time is on the tracker's clock
+(injectable); wall-clock times for people derive from it.
+
 Design (cuzk status.rs style, without its defects):
 - One ``threading.Lock`` guards the internal state. Writers come from the event loop and from
   device/finalizer threads; readers build snapshots.
