@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuzk_engine.errors import ConfigError
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS, PRIORITIES
 
 _SIZE_UNITS = {
@@ -32,10 +33,6 @@ _SIZE_UNITS = {
     "tib": 1024**4,
 }
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class ConfigError(ValueError):
-    """The configuration file or a value in it is invalid; the message names the key."""
 
 
 def parse_size(value: int | str, key: str = "size") -> int:

@@ -28,5 +28,7 @@ PARTITION_PHASES: tuple[str, ...] = (
 )
 IN_FLIGHT_PHASES: tuple[str, ...] = ("synthesizing", "synth_done", "gpu", "finalizing")
 SETTLED_PHASES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+# Phases in which nobody works on a partition: when its job ends, it is cancelled at once.
+WAITING_PHASES: frozenset[str] = frozenset({"pending", "synth_done"})
 
 WORKER_STATES: tuple[str, ...] = ("idle", "proving")

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from cuzk_engine.backend import cuda
 from cuzk_engine.backend.cpu import CpuBackend
 from cuzk_engine.curve import G1Bases, G1Point, Scalar
+from cuzk_engine.errors import CudaUnavailable
 from cuzk_engine.field import MODULUS
 from cuzk_engine.native import gpu_driver
 
@@ -177,6 +178,7 @@ def prove_once(groth16, synth, params, backend) -> tuple[float, bool, dict]:
 
 def end_to_end(backend, report: Report, args, deadline: float) -> None:
     from cuzk_engine import circuits, groth16
+    from cuzk_engine.engine.stages import synthesize
 
     cache = Path(os.environ.get("CUZK_PARAM_CACHE") or tempfile.mkdtemp(prefix="cuzk-params-"))
     e2e = report.data["e2e"]
@@ -187,7 +189,7 @@ def end_to_end(backend, report: Report, args, deadline: float) -> None:
         params = groth16.load_parameters(cache, circuits.circuit_id(args.e2e_kind, profile))
         setup_s = time.perf_counter() - t
         t = time.perf_counter()
-        synth = groth16.synthesize(args.e2e_kind, profile, secrets.randbelow(2**64), 0)
+        synth = synthesize(args.e2e_kind, profile, secrets.randbelow(2**64), 0)
         return params, synth, setup_s, time.perf_counter() - t
 
     params, synth, setup_s, synth_s = prepare(args.e2e_profile)
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         backend = cuda.CudaBackend.create(args.device)
-    except cuda.CudaUnavailable as exc:
+    except CudaUnavailable as exc:
         print(f"gpu_check: no usable GPU, nothing checked: {exc}", file=sys.stderr)
         return 2
     import cupy

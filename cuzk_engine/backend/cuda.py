@@ -17,16 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cuzk_engine import native
+from cuzk_engine.errors import CudaUnavailable
 from cuzk_engine.native import gpu_driver, nvrtc
 
 if TYPE_CHECKING:
     from cuzk_engine.curve import G1Bases, G1Point
 
 THREADS_PER_BLOCK = 256
-
-
-class CudaUnavailable(RuntimeError):
-    """cupy is missing, no driver/device is usable, or the ordinal does not exist."""
 
 
 def _import_cupy():
@@ -66,10 +63,6 @@ class DeviceMemory:
     def cached_bytes(self) -> int:
         with self._lock:
             return sum(self._by_owner.values())
-
-    def breakdown(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._by_owner)
 
 
 _instances: dict[int, CudaBackend] = {}

@@ -26,7 +26,7 @@ from cuzk_engine.engine.orchestrator import Engine
 
 
 def _burn(kind: str, profile: str) -> float:
-    from cuzk_engine.groth16 import synthesize
+    from cuzk_engine.engine.stages import synthesize
 
     t0 = time.perf_counter()
     synthesize(kind, profile, 1, 0)

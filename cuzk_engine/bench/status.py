@@ -80,7 +80,7 @@ def _writer_round(t: StatusTracker, n: int) -> None:
     t.synth_start(jid, 0)
     t.synth_end(jid, 0)
     token = t.worker_pickup(0, jid, 0)
-    assert token is not None  # None only for a job that already ended
+    assert token is not None, "a live job's partition is always picked up"
     t.device_done(token)
     t.finalize_done(jid, 0, token)
     t.job_done(jid)
@@ -122,8 +122,8 @@ def run_status_bench(pipelines: int = 100, partitions: int = 16, rounds: int = 3
     while not idents:
         time.sleep(0.001)
     original = t._lock
-    # A stand-in, not a threading.Lock: it only needs the context-manager protocol here.
-    t._lock = measured = _MeasuredLock(idents[0])  # type: ignore[assignment]
+    measured = _MeasuredLock(idents[0])
+    t._lock = measured  # type: ignore[assignment]  # stands in for the tracker's lock
     started.set()
     try:
         for n in range(writer_jobs):

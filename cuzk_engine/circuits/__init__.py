@@ -7,6 +7,7 @@ from (kind, profile, seed), challenges from (kind, profile, seed, partition).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 from cuzk_engine.circuits.porep import PARTITIONS as POREP_PARTITIONS
@@ -29,7 +30,7 @@ MAX_SEED = 2**64 - 1
 # window-post tiny checks 3 challenges of 1 sector (10 per sector from small up), porep-c2
 # tiny labels from 1 parent, because ~260 constraints per Poseidon leave room for only ~7
 # hashes in 2^11 constraints.
-SHAPES = {
+SHAPES: dict[str, dict[str, PostShape | SnapShape | PorepShape]] = {
     "winning-post": {
         "tiny": PostShape(sectors=1, challenges=2, depth=3),
         "small": PostShape(sectors=1, challenges=6, depth=10),
@@ -59,7 +60,8 @@ SHAPES = {
 PARTITIONS = {"winning-post": 1, "window-post": 1, "snap-update": SNAP_PARTITIONS,
               "porep-c2": POREP_PARTITIONS}
 
-_SYNTHESIZERS = {"winning-post": synthesize_post, "window-post": synthesize_post,
+# each takes (cs, its kind's shape, labels, partition)
+_SYNTHESIZERS: dict[str, Callable[..., None]] = {"winning-post": synthesize_post, "window-post": synthesize_post,
                  "snap-update": synthesize_snap, "porep-c2": synthesize_porep}
 
 

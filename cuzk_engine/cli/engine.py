@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from cuzk_engine.config import ConfigError, load_config
+from cuzk_engine.config import load_config
+from cuzk_engine.errors import ConfigError
 
 
 def register(subparsers) -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 from cuzk_engine import circuits, groth16
 from cuzk_engine.backend import select_backend
 from cuzk_engine.cli import add_param_cache_argument, param_cache
+from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError
 from cuzk_engine.field import MODULUS
+from cuzk_engine.vocabulary import KINDS, PROFILES
 
 
 def _seed(text: str) -> int:
@@ -28,8 +30,8 @@ def _seed(text: str) -> int:
     return value
 
 
-def _add_kind_profile(parser: argparse.ArgumentParser, profiles=circuits.PROFILES) -> None:
-    parser.add_argument("--kind", required=True, choices=circuits.KINDS)
+def _add_kind_profile(parser: argparse.ArgumentParser, profiles=PROFILES) -> None:
+    parser.add_argument("--kind", required=True, choices=KINDS)
     parser.add_argument("--profile", required=True, choices=profiles)
 
 
@@ -92,7 +94,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     proofs, inputs, parts = [], [], []
     started = time.perf_counter()
     for partition in range(circuits.partition_count(kind, profile)):
-        synth = groth16.synthesize(kind, profile, seed, partition)
+        synth = synthesize(kind, profile, seed, partition)
         proof = groth16.prove(synth, params, backend)
         if not groth16.verify(params.vk, synth.public_inputs, proof):
             raise InvalidRequest(f"partition {partition}: the fresh proof does not verify")
@@ -163,8 +165,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def circuit_table() -> list[dict]:
     rows = []
-    for kind in circuits.KINDS:
-        for profile in circuits.PROFILES:
+    for kind in KINDS:
+        for profile in PROFILES:
             rows.append({
                 "circuit_id": circuits.circuit_id(kind, profile),
                 "partitions": circuits.partition_count(kind, profile),
@@ -204,7 +206,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
     setup_s = _ensure(cache, kind, profile)
     params = groth16.load_parameters(cache, cid)
     backend = select_backend(backend_name)
-    synth = groth16.synthesize(kind, profile, 1, 0)
+    synth = synthesize(kind, profile, 1, 0)
     t0 = time.perf_counter()
     pending = groth16.prove_start(synth, params, backend)
     t1 = time.perf_counter()
@@ -212,7 +214,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
     t2 = time.perf_counter()
     if not groth16.verify(params.vk, synth.public_inputs, proof):
         raise InvalidRequest(f"{cid}: benchmark proof does not verify")
-    synth_overlapped = groth16.synthesize(kind, profile, 2, 0)
+    synth_overlapped = synthesize(kind, profile, 2, 0)
     t3 = time.perf_counter()
     groth16.prove(synth_overlapped, params, backend)
     overlapped_s = time.perf_counter() - t3
@@ -235,7 +237,7 @@ def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> 
 
 def cmd_bench_prover(args: argparse.Namespace) -> int:
     cache = param_cache(args)
-    kinds = circuits.KINDS if args.kind == "all" else (args.kind,)
+    kinds = KINDS if args.kind == "all" else (args.kind,)
     rows = [bench_partition(cache, kind, args.profile, args.backend) for kind in kinds]
     print(json.dumps({"profile": args.profile, "cpu_count": os.cpu_count(),
                       "loadavg": [round(x, 2) for x in os.getloadavg()], "results": rows},
@@ -281,8 +283,8 @@ def register(subparsers) -> None:
 
 def register_bench(bench) -> None:
     p = bench.add_parser("prover", help="time one partition: synthesis, NTTs, MSMs, finish")
-    p.add_argument("--profile", required=True, choices=("tiny", "small", "medium", "large"))
-    p.add_argument("--kind", default="all", choices=("all", *circuits.KINDS))
+    p.add_argument("--profile", required=True, choices=PROFILES)
+    p.add_argument("--kind", default="all", choices=("all", *KINDS))
     _add_backend(p)
     add_param_cache_argument(p)
     p.set_defaults(func=cmd_bench_prover)

@@ -16,20 +16,23 @@ import os
 import re
 import time
 import uuid
+from typing import Any, NoReturn
 
 from aiohttp import WSMsgType, web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
-from cuzk_engine.engine.memory import BudgetExceeded
-from cuzk_engine.engine.orchestrator import (
-    Engine,
+from cuzk_engine.engine.orchestrator import Engine
+from cuzk_engine.errors import (
+    BudgetExceeded,
+    CuzkError,
     EngineNotAccepting,
+    InvalidRequest,
     JobNotFound,
     RequestConflict,
+    SrsInUse,
 )
-from cuzk_engine.engine.srs import SrsInUse
-from cuzk_engine.errors import CuzkError, InvalidRequest
 
 log = logging.getLogger("cuzk_engine.daemon")
 
@@ -56,7 +59,7 @@ def error(status: int, message: str) -> web.Response:
 
 
 @web.middleware
-async def errors_middleware(request: web.Request, handler):
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPException as e:
@@ -64,7 +67,7 @@ async def errors_middleware(request: web.Request, handler):
             raise
         return error(e.status, e.reason if not e.text or e.text.startswith(str(e.status))
                      else e.text)
-    except BodyError as e:
+    except _BodyError as e:
         return error(e.status, str(e))
     except CuzkError as e:
         for cls, status in _STATUS_FOR:
@@ -77,9 +80,9 @@ async def errors_middleware(request: web.Request, handler):
         return error(500, "internal error (logged by the engine)")
 
 
-def auth_middleware(token: str | None):
+def auth_middleware(token: str | None) -> Middleware:
     @web.middleware
-    async def check(request: web.Request, handler):
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if token is not None:
             header = request.headers.get("Authorization", "")
             given = header[7:] if header.startswith("Bearer ") else ""
@@ -121,7 +124,7 @@ async def post_proof(request: web.Request) -> web.Response:
         status=202 if created else 200)
 
 
-async def read_json(request: web.Request):
+async def read_json(request: web.Request) -> Any:
     """The request body as JSON, or a 4xx saying what is wrong with it. The body size is
     bounded by the app's client_max_size (413); here: charset, nesting depth, syntax."""
     charset = request.charset or "utf-8"
@@ -130,21 +133,21 @@ async def read_json(request: web.Request):
     except LookupError:
         utf8 = False
     if not utf8:
-        raise BodyError(415, f"unsupported charset {charset[:40]!r}: send UTF-8 JSON")
+        raise _BodyError(415, f"unsupported charset {charset[:40]!r}: send UTF-8 JSON")
     try:
         text = (await request.read()).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BodyError(400, f"request body is not valid UTF-8: {e}") from None
+        raise _BodyError(400, f"request body is not valid UTF-8: {e}") from None
     depth = _nesting_depth(text)
     if depth > MAX_JSON_DEPTH:
-        raise BodyError(400, f"request body is nested {depth} deep; at most {MAX_JSON_DEPTH}")
+        raise _BodyError(400, f"request body is nested {depth} deep; at most {MAX_JSON_DEPTH}")
     try:
         return json.loads(text, parse_float=_no_float, parse_constant=_no_constant)
     except ValueError as e:  # JSONDecodeError, a float, NaN/Infinity, an int of > 4300 digits
-        raise BodyError(400, f"request body is not valid JSON: {e}") from None
+        raise _BodyError(400, f"request body is not valid JSON: {e}") from None
 
 
-class BodyError(Exception):
+class _BodyError(Exception):
     """A request body the API cannot read; ``status`` is the 4xx it answers."""
 
     def __init__(self, status: int, message: str):
@@ -170,11 +173,11 @@ def _nesting_depth(text: str) -> int:
     return deepest
 
 
-def _no_float(s: str):
+def _no_float(s: str) -> NoReturn:
     raise ValueError(f"numbers must be integers, got {s[:40]}")
 
 
-def _no_constant(s: str):
+def _no_constant(s: str) -> NoReturn:
     raise ValueError(f"{s} is not a number JSON allows")
 
 

@@ -1,6 +1,6 @@
 """An async client for the engine API (used by the dashboard and its tools; no Django here).
 
-Failures come in two kinds so callers can act on them honestly:
+Failures come in two kinds (both in `cuzk_engine.errors`) so callers can act on them honestly:
 
 - `EngineAPIError`: the engine answered and refused (HTTP 4xx: unknown kind or profile, a
   request id reused with other parameters, a bad token). Repeating the request will not help;
@@ -18,32 +18,10 @@ from typing import Any, Self
 
 import aiohttp
 
-from cuzk_engine.errors import CuzkError
+from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 
 # Statuses that say "not now" rather than "never": retried like a lost connection.
 RETRY_LATER = frozenset({408, 429})
-
-
-class EngineError(CuzkError):
-    """Anything that went wrong talking to an engine."""
-
-
-class EngineAPIError(EngineError):
-    """The engine refused the request (HTTP 4xx)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class EngineUnreachable(EngineError):
-    """No usable answer from the engine; retry later. `status` is the HTTP status when the
-    engine did answer (503: draining, not accepting), else None."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
 
 
 class EngineClient:

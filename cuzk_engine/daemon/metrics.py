@@ -3,8 +3,10 @@ never drift from /status), plus per-phase duration histograms observed as jobs e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cuzk_engine.engine.orchestrator import Engine, Job
@@ -21,7 +23,7 @@ class _SnapshotCollector(Collector):
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         snap = self.engine.snapshot()
         c = snap.counters
         for name, by_kind, doc in (

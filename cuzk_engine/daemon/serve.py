@@ -38,7 +38,7 @@ class EngineDaemon:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.daemon.host, self.config.daemon.port)
         await site.start()
-        host, port = site._server.sockets[0].getsockname()[:2]
+        host, port = self._runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}"
         log.info("engine listening on %s", self.url)
@@ -62,7 +62,7 @@ async def serve(config: EngineConfig, *, ready: Callable[[str], None] | None = N
     if ready is not None:
         ready(url)
     loop = asyncio.get_running_loop()
-    signals = asyncio.Queue()
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
     try:

@@ -12,11 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Self
 
-from cuzk_engine.errors import CuzkError
-
-
-class BudgetExceeded(CuzkError):
-    """A single reservation is larger than the whole memory budget and can never fit."""
+from cuzk_engine.errors import BudgetExceeded
 
 
 def format_bytes(n: int) -> str:
@@ -90,14 +86,6 @@ class MemoryBudget:
                 f"{what} needs {format_bytes(nbytes)} but the whole memory budget is "
                 f"{format_bytes(self.total)}; raise memory.total_budget"
             )
-
-    def try_reserve(self, nbytes: int, what: str) -> Reservation | None:
-        self.check_fits(nbytes, what)
-        with self._lock:
-            if self._used + nbytes > self.total:
-                return None
-            self._used += nbytes
-        return Reservation(self, nbytes, what)
 
     async def reserve(self, nbytes: int, what: str) -> Reservation:
         """Wait until ``nbytes`` fit, evicting idle parameters first; fails fast if they never

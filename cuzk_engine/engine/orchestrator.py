@@ -16,23 +16,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.devices import Device, open_devices
-from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, Reservation, format_bytes
+from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
-from cuzk_engine.engine.snapshot import snapshot_violations
+from cuzk_engine.engine.snapshot import EngineSnapshot
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
-from cuzk_engine.engine.status import StatusTracker
-from cuzk_engine.errors import CuzkError, InvalidRequest
+from cuzk_engine.engine.status import JobRecord, StatusTracker
+from cuzk_engine.errors import (
+    BudgetExceeded,
+    CuzkError,
+    EngineNotAccepting,
+    InvalidRequest,
+    JobNotFound,
+    RequestConflict,
+)
 from cuzk_engine.vocabulary import PRIORITY_RANK
 
 log = logging.getLogger("cuzk_engine.engine")
@@ -50,39 +56,19 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-class EngineNotAccepting(CuzkError):
-    """The engine is draining or stopped and takes no new jobs."""
-
-
-class RequestConflict(CuzkError):
-    """A request_id was reused for a different request."""
-
-
-class JobNotFound(CuzkError):
-    """No job with that id (never submitted, or its result retention ran out)."""
-
-
-@dataclass
+@dataclass(eq=False)
 class Job:
-    job_id: str
-    request_id: str | None
-    kind: str
-    profile: str
+    """A job as the engine runs it. Its state — status, error, times — is the tracker's record,
+    read here; the engine adds only what the tracker does not hold: the seed, the proofs, the
+    per-stage timings, the parameters it holds and the events its waiters wait on."""
+
+    record: JobRecord
     seed: int
-    priority: str
-    circuit_id: str
-    partitions: int
     seq: int
-    submitted: float = field(default_factory=time.perf_counter)
-    submitted_wall: float = field(default_factory=time.time)
-    status: str = "queued"
-    error: str | None = None
+    submitted_at: float  # wall-clock seconds, for people
     # Who cancelled it: "request" (DELETE /v1/proofs/{id}) or "engine" (its own shutdown). A
     # client re-queues an engine-cancelled job elsewhere; only a request's cancel is final.
     cancelled_by: str | None = None
-    started: float | None = None
-    finished: float | None = None
-    srs_load_ms: float = 0.0
     synthesis_ms: float = 0.0
     gpu_ms: float = 0.0
     device_lock_ms: float = 0.0  # prove_start with the device lock held (no lock wait)
@@ -99,42 +85,82 @@ class Job:
     collected: asyncio.Event = field(default_factory=asyncio.Event)  # final result fetched
 
     @property
+    def job_id(self) -> str:
+        return self.record.job_id
+
+    @property
+    def request_id(self) -> str | None:
+        return self.record.request_id
+
+    @property
+    def kind(self) -> str:
+        return self.record.kind
+
+    @property
+    def profile(self) -> str:
+        return self.record.profile
+
+    @property
+    def priority(self) -> str:
+        return self.record.priority
+
+    @property
+    def circuit_id(self) -> str:
+        return self.record.circuit_id
+
+    @property
+    def partitions(self) -> int:
+        return len(self.record.parts)
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def error(self) -> str | None:
+        return self.record.error
+
+    @property
     def terminal(self) -> bool:
-        return self.status in ("done", "failed", "cancelled")
+        return self.record.terminal
 
     def same_request(self, kind: str, profile: str, seed: int) -> bool:
         return (self.kind, self.profile, self.seed) == (kind, profile, seed)
 
     def result(self) -> dict:
-        done = self.status == "done"
-        total = None if self.finished is None else (self.finished - self.submitted) * 1000.0
-        queue = None if self.started is None else (self.started - self.submitted) * 1000.0
+        rec = self.record
+        done = rec.status == "done"
+        total = None if rec.finished is None else (rec.finished - rec.submitted) * 1000.0
+        queue = None if rec.started is None else (rec.started - rec.submitted) * 1000.0
         return {
-            "job_id": self.job_id,
-            "request_id": self.request_id,
-            "kind": self.kind,
-            "profile": self.profile,
+            "job_id": rec.job_id,
+            "request_id": rec.request_id,
+            "kind": rec.kind,
+            "profile": rec.profile,
             "seed": self.seed,
-            "priority": self.priority,
-            "circuit_id": self.circuit_id,
+            "priority": rec.priority,
+            "circuit_id": rec.circuit_id,
             "partitions": self.partitions,
-            "status": self.status,
+            "status": rec.status,
             "cancelled_by": self.cancelled_by,
-            "submitted_at": self.submitted_wall,
+            "submitted_at": self.submitted_at,
             "timings": {
                 "queue_ms": _r(queue),
-                "srs_load_ms": _r(self.srs_load_ms),
+                # 0 until the parameters are loaded, then the load (0 when already resident)
+                "srs_load_ms": _r(0.0 if rec.srs_load_ms is None else rec.srs_load_ms),
                 "synthesis_ms": _r(self.synthesis_ms),
                 "gpu_ms": _r(self.gpu_ms),
                 "finalize_ms": _r(self.finalize_ms),
                 "total_ms": _r(total),
             },
-            "proof": b"".join(self.proofs).hex() if done else None,
-            "public_inputs": ([[str(x) for x in pi] for pi in self.public_inputs]
+            # done: every partition's proof and public inputs are in
+            "proof": b"".join(cast("list[bytes]", self.proofs)).hex() if done else None,
+            "public_inputs": ([[str(x) for x in pi]
+                               for pi in cast("list[list[int]]", self.public_inputs)]
                               if done else None),
             "vk": self.vk if done else None,
             "verified": self.verified,
-            "error": self.error,
+            "error": rec.error,
         }
 
 
@@ -150,6 +176,11 @@ class _Item:
     index: int
     reservation: Reservation | None = None
     synth: Any = None
+
+    def keep_reserved(self, nbytes: int) -> None:
+        """Shrink the partition's reservation to what it still holds in memory."""
+        if self.reservation is not None:
+            self.reservation.shrink_to(nbytes)
 
 
 class Engine:
@@ -168,7 +199,7 @@ class Engine:
             retention=config.status.retention,
         )
         self.srs = SrsManager(config.param_cache, self.budget, self.tracker, self.stages,
-                              min_idle=config.memory.eviction_min_idle)
+                              min_idle=config.memory.eviction_min_idle, clock=self.tracker.now)
         self.budget.evictor = self.srs.evict_idle
         self._own_synth_executor = synth_executor is None
         self._synth_executor = synth_executor
@@ -186,7 +217,7 @@ class Engine:
         self._finalizer_pool: ThreadPoolExecutor | None = None
         self._accepting = False
         self.job_listeners: list[Callable[[Job], None]] = []
-        self.started_wall = time.time()
+        self._clock = self.tracker.now
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -219,9 +250,10 @@ class Engine:
         self._accepting = False
         self.tracker.set_accepting(False)
         # Jobs ending now, or ended just before, whose outcome a client may still be waiting for.
-        recent = time.perf_counter() - UNCOLLECTED_RECENT
+        recent = self._clock() - UNCOLLECTED_RECENT
         ending = [j for j in self._jobs.values() if j.request_id is not None
-                  and not j.collected.is_set() and (not j.terminal or j.finished >= recent)]
+                  and not j.collected.is_set()
+                  and (j.record.finished is None or j.record.finished >= recent)]
         for job_id in self._job_queue.ids():
             self._cancel_job(self._jobs[job_id], "engine shutting down", by="engine")
         await asyncio.gather(*(j.settled.wait() for j in list(self._jobs.values())))
@@ -261,7 +293,7 @@ class Engine:
             self._synth_executor.shutdown(wait=not fast, cancel_futures=True)
         self.srs.evict_all_idle()
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._task_done)
@@ -318,13 +350,14 @@ class Engine:
         n = self.stages.partition_count(kind, profile)
         job_id = request_id or str(uuid.uuid4())
         prio = priority or self.config.priorities.get(kind, "normal")
-        job = Job(job_id, request_id, kind, profile, seed, prio, circuit, n, self._job_seq,
+        record = self.tracker.register_job(job_id, kind=kind, profile=profile,
+                                           circuit_id=circuit, priority=prio, partitions=n,
+                                           request_id=request_id)
+        job = Job(record, seed, self._job_seq, self.tracker.wall_time(record.submitted),
                   proofs=[None] * n, public_inputs=[None] * n, unsettled=n)
         self._job_seq += 1
         self._jobs[job_id] = job
-        self.tracker.register_job(job_id, kind=kind, profile=profile, circuit_id=circuit,
-                                  priority=prio, partitions=n, request_id=request_id)
-        position = self._job_queue.push(job_id, kind, prio)
+        position = self._job_queue.push(job_id, prio)
         self._wake_admit.set()
         return job, position, True
 
@@ -359,7 +392,7 @@ class Engine:
         job.collected.set()  # whoever cancelled it gets the result in the answer
         return job
 
-    def snapshot(self):
+    def snapshot(self) -> EngineSnapshot:
         return self.tracker.snapshot()
 
     async def preload(self, circuit_id: str) -> tuple[bool, float]:
@@ -385,7 +418,7 @@ class Engine:
             "priorities": dict(self.config.priorities),
             "self_verify": self.config.pipeline.self_verify,
             "accepting": self._accepting,
-            "started_at": self.started_wall,
+            "started_at": self.tracker.wall_time(self.tracker.started),
         }
 
     @property
@@ -397,26 +430,32 @@ class Engine:
     def _cancel_job(self, job: Job, reason: str, *, by: str) -> None:
         if not job.terminal:
             job.cancelled_by = by
-        if self._job_queue.remove(job.job_id):
-            self.tracker.job_cancelled(job.job_id, reason)
-            self._end_job(job, "cancelled", reason)
-            self._settle(job, job.unsettled)
-            return
-        self.tracker.job_cancelled(job.job_id, reason)
+        was_queued = self._job_queue.remove(job.job_id)
         self._end_job(job, "cancelled", reason)
+        if was_queued:  # none of its partitions ever started: they all settle now
+            self._settle(job, job.unsettled)
 
     def _fail_partition(self, item: _Item, reason: str, token: int | None = None) -> None:
+        """A partition failed, which fails its job: the other way a job ends."""
         self._release(item)
-        self.tracker.partition_failed(item.job.job_id, item.index, reason, token=token)
-        self._end_job(item.job, "failed", f"partition {item.index}: {reason}")
+        if self.tracker.partition_failed(item.job.job_id, item.index, reason, token=token):
+            self._job_ended(item.job)
         self._settle(item.job)
 
-    def _end_job(self, job: Job, status: str, error: str | None) -> None:
-        if job.terminal:
+    def _end_job(self, job: Job, status: str, reason: str = "") -> None:
+        """End a job (unless it has ended already): the tracker records how (``reason``: why it
+        failed or was cancelled), then the engine lets go of what the job still holds."""
+        if status == "done":
+            self.tracker.job_done(job.job_id)  # raises if it had ended: a bug
+        elif status == "failed":
+            if not self.tracker.job_failed(job.job_id, reason):
+                return
+        elif not self.tracker.job_cancelled(job.job_id, reason):
             return
-        job.status = status
-        job.error = error
-        job.finished = time.perf_counter()
+        self._job_ended(job)
+
+    def _job_ended(self, job: Job) -> None:
+        """What follows a job's ending on the engine side, once."""
         # partitions still waiting in a queue settle now; their budget returns at once
         for queue in (self._synth_queue, self._gpu_queue):
             for item in queue.remove_job(job.job_id):
@@ -452,13 +491,11 @@ class Engine:
             await self._wake_admit.wait()
             self._wake_admit.clear()
             # keep the synthesis stage fed without draining the priority queue into it
-            while len(self._job_queue) and len(self._synth_queue) < self.synth_workers:
-                job = self._jobs[self._job_queue.pop()]
-                await self._start_job(job)
+            while (len(self._synth_queue) < self.synth_workers
+                   and (job_id := self._job_queue.pop()) is not None):
+                await self._start_job(self._jobs[job_id])
 
     async def _start_job(self, job: Job) -> bool:
-        job.status = "running"
-        job.started = time.perf_counter()
         self.tracker.job_started(job.job_id)
         try:
             job.params, load_ms, _ = await self.srs.acquire(job.circuit_id)
@@ -470,14 +507,13 @@ class Engine:
             self._fail_all(job, f"loading parameters failed: {type(e).__name__}: {e}")
             return False
         job.holds_srs = True
-        job.srs_load_ms = load_ms
+        self.tracker.srs_loaded_for(job.job_id, load_ms)
         try:
             self._check_job_fits(job)
         except BudgetExceeded as e:
             self._fail_all(job, str(e))
             return False
         job.vk = job.params.vk.to_json() if hasattr(job.params.vk, "to_json") else None
-        self.tracker.srs_loaded_for(job.job_id, load_ms)
         if job.terminal:  # cancelled while its parameters loaded
             self._settle(job, job.unsettled)
             return False
@@ -500,7 +536,6 @@ class Engine:
             f"set {format_bytes(working)})")
 
     def _fail_all(self, job: Job, reason: str) -> None:
-        self.tracker.job_failed(job.job_id, reason)
         self._end_job(job, "failed", reason)
         self._settle(job, job.unsettled)
 
@@ -508,10 +543,9 @@ class Engine:
         slots = asyncio.Semaphore(self.synth_workers)
         while True:
             await slots.acquire()
-            while not len(self._synth_queue):
+            while (item := self._synth_queue.pop()) is None:
                 self._wake_synth.clear()
                 await self._wake_synth.wait()
-            item = self._synth_queue.pop()
             self._wake_admit.set()
             task = self._spawn(self._synthesize(item))
             task.add_done_callback(lambda _t: slots.release())
@@ -531,14 +565,14 @@ class Engine:
             self._release(item)
             self._settle(job)
             return False
-        t0 = time.perf_counter()
+        t0 = self._clock()
         try:
             item.synth = await asyncio.get_running_loop().run_in_executor(
                 self._synth_executor, st.synthesize, job.kind, job.profile, job.seed, item.index)
         except Exception as e:  # noqa: BLE001 - a failed partition fails its job, engine serves on
             self._fail_partition(item, f"synthesis failed: {type(e).__name__}: {e}")
             return False
-        job.synthesis_ms += (time.perf_counter() - t0) * 1000.0
+        job.synthesis_ms += (self._clock() - t0) * 1000.0
         # account the real size once known; an underestimate keeps the estimate
         item.reservation.shrink_to(max(int(item.synth.nbytes), 0))
         if not self.tracker.synth_end(job.job_id, item.index):
@@ -568,16 +602,16 @@ class Engine:
         held_ms): start_ms includes waiting for the device lock, held_ms is the time it was
         held."""
         params = item.job.params
-        t0 = time.perf_counter()
+        t0 = self._clock()
         with device.lock:
-            locked = time.perf_counter()
+            locked = self._clock()
             pending = self.stages.prove_start(item.synth, params, device.backend)
-        t1 = time.perf_counter()
+        t1 = self._clock()
         held_ms = (t1 - locked) * 1000.0
         if split:
             return pending, (t1 - t0) * 1000.0, 0.0, held_ms
         proof = self.stages.prove_finish(pending, params)
-        return proof, (t1 - t0) * 1000.0, (time.perf_counter() - t1) * 1000.0, held_ms
+        return proof, (t1 - t0) * 1000.0, (self._clock() - t1) * 1000.0, held_ms
 
     async def _device_worker(self, worker_id: int, device: Device) -> None:
         split = self.config.pipeline.split_prove
@@ -609,11 +643,9 @@ class Engine:
             return None
         job.gpu_ms += start_ms + finish_ms
         job.device_lock_ms += held_ms
-        if split:
-            # the a/b/c evaluations are consumed: keep only what the pending proof holds
-            item.reservation.shrink_to(int(getattr(out, "nbytes", 0)))
-        else:
-            item.reservation.close()
+        # split: the a/b/c evaluations are consumed, only what the pending proof holds stays;
+        # else the proof is done and nothing of the partition's working set stays
+        item.keep_reserved(int(getattr(out, "nbytes", 0)) if split else 0)
         if not self.tracker.device_done(token):
             self._release(item)
             self._settle(job)
@@ -631,14 +663,14 @@ class Engine:
 
     async def _finalize(self, item: _Item, out: Any, token: int | None, split: bool) -> None:
         job = item.job
-        t0 = time.perf_counter()
+        t0 = self._clock()
         try:
             proof, verified = await asyncio.get_running_loop().run_in_executor(
                 self._finalizer_pool, self._finish_step, item, out, split)
         except Exception as e:  # noqa: BLE001
             self._fail_partition(item, f"finalize failed: {type(e).__name__}: {e}", token)
             return
-        job.finalize_ms += (time.perf_counter() - t0) * 1000.0
+        job.finalize_ms += (self._clock() - t0) * 1000.0
         if verified is False:
             self._fail_partition(item, "self-verification failed: the proof does not verify",
                                  token)
@@ -654,8 +686,7 @@ class Engine:
             job.verified = verified if job.verified is None else job.verified and verified
         self._settle(job)
         if all(p is not None for p in job.proofs):
-            self.tracker.job_done(job.job_id)
-            self._end_job(job, "done", None)
+            self._end_job(job, "done")
 
     # ------------------------------------------------------------------ monolithic path
 
@@ -692,10 +723,8 @@ class Engine:
         keep = self.config.status.result_retention
         while True:
             await asyncio.sleep(min(5.0, max(keep / 4, 0.05)))
-            now = time.perf_counter()
+            now = self._clock()
             for jid, job in list(self._jobs.items()):
-                if job.terminal and job.settled.is_set() and now - job.finished > keep:
+                finished = job.record.finished
+                if finished is not None and job.settled.is_set() and now - finished > keep:
                     del self._jobs[jid]
-
-    def check_invariants(self) -> list[str]:
-        return snapshot_violations(self.tracker.snapshot())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,27 +30,25 @@ def priority_rank(priority: str) -> int:
 class _Entry:
     key: tuple
     value: Any = field(compare=False)
-    kind: str = field(compare=False, default="")
+    job_id: str = field(compare=False)
     removed: bool = field(compare=False, default=False)
 
 
 class JobQueue:
     """Jobs waiting to start: higher priority first, FIFO within a priority."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._by_id: dict[str, _Entry] = {}
         self._fifo = itertools.count()
-        self._depth = Counter()
 
-    def push(self, job_id: str, kind: str, priority: str) -> int:
+    def push(self, job_id: str, priority: str) -> int:
         """Queue a job; returns its position (how many queued jobs will start before it)."""
         if job_id in self._by_id:
             raise ValueError(f"job {job_id!r} is already queued")
-        entry = _Entry((priority_rank(priority), next(self._fifo)), job_id, kind)
+        entry = _Entry((priority_rank(priority), next(self._fifo)), job_id, job_id)
         heapq.heappush(self._heap, entry)
         self._by_id[job_id] = entry
-        self._depth[kind] += 1
         return self.position(job_id)
 
     def position(self, job_id: str) -> int:
@@ -62,22 +59,15 @@ class JobQueue:
         while self._heap:
             entry = heapq.heappop(self._heap)
             if not entry.removed:
-                del self._by_id[entry.value]
-                self._depth[entry.kind] -= 1
-                return entry.value
+                del self._by_id[entry.job_id]
+                return entry.job_id
         return None
-
-    def peek_rank(self) -> int | None:
-        while self._heap and self._heap[0].removed:
-            heapq.heappop(self._heap)
-        return self._heap[0].key[0] if self._heap else None
 
     def remove(self, job_id: str) -> bool:
         entry = self._by_id.pop(job_id, None)
         if entry is None:
             return False
         entry.removed = True
-        self._depth[entry.kind] -= 1
         return True
 
     def ids(self) -> list[str]:
@@ -89,14 +79,11 @@ class JobQueue:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def depth_by_kind(self) -> dict[str, int]:
-        return {k: v for k, v in self._depth.items() if v}
-
 
 class PartitionQueue:
     """Ready partitions: by priority, then the lowest partition of the oldest pipeline first."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._by_job: dict[str, list[_Entry]] = {}
         self._tiebreak = itertools.count()
@@ -114,10 +101,10 @@ class PartitionQueue:
             if not entry.removed:
                 entry.removed = True
                 self._live -= 1
-                bucket = self._by_job[entry.kind]
+                bucket = self._by_job[entry.job_id]
                 bucket.remove(entry)
                 if not bucket:
-                    del self._by_job[entry.kind]
+                    del self._by_job[entry.job_id]
                 return entry.value
         return None
 

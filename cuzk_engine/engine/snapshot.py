@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 from cuzk_engine.errors import SnapshotFormatError
-from cuzk_engine.vocabulary import PARTITION_PHASES
+from cuzk_engine.vocabulary import PARTITION_PHASES, WAITING_PHASES
 
 _T = TypeVar("_T")
 
@@ -38,7 +38,7 @@ class PartitionSnapshot(NamedTuple):
     because a frozen dataclass costs ~15x more to build and running timers rebuild some of these
     on every snapshot."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a JSON key; it hides tuple.index, unused here
     state: str
     synth_ms: float | None
     gpu_ms: float | None
@@ -201,9 +201,10 @@ def _field_reader(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple]
     return names, attrgetter(*names)
 
 
-def _as_dict(obj) -> dict:
+def _as_dict(obj: object) -> dict[str, Any]:
     """A flat dataclass as a dict (one level: nested values are handled by the caller)."""
-    names, get = _field_reader(type(obj))
+    # a class is hashable; mypy reads type[object].__hash__ as the unbound method
+    names, get = _field_reader(type(obj))  # type: ignore[arg-type]
     return dict(zip(names, get(obj)))
 
 
@@ -270,8 +271,7 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
                 bad.append(f"{p.job_id}: queued with partitions {states}")
         if p.status == "done" and any(s != "done" for s in states):
             bad.append(f"{p.job_id}: done with partitions {states}")
-        if p.status in ("failed", "cancelled") and any(s in ("pending", "synth_done")
-                                                       for s in states):
+        if p.status in ("failed", "cancelled") and any(s in WAITING_PHASES for s in states):
             bad.append(f"{p.job_id}: {p.status} but partitions still waiting: {states}")
         if p.status in ("queued", "running") and any(s in ("failed", "cancelled")
                                                      for s in states):

@@ -19,11 +19,7 @@ from typing import Any
 from cuzk_engine.engine.memory import MemoryBudget, Reservation
 from cuzk_engine.engine.stages import Stages
 from cuzk_engine.engine.status import StatusTracker
-from cuzk_engine.errors import CuzkError, InvalidRequest
-
-
-class SrsInUse(CuzkError):
-    """Eviction was asked for parameters that a running job still uses."""
+from cuzk_engine.errors import InvalidRequest, SrsInUse
 
 
 @dataclass
@@ -31,12 +27,17 @@ class _Entry:
     circuit_id: str
     kind: str
     profile: str
-    reservation: Reservation | None = None
+    loaded: asyncio.Future[None]  # resolves when the load ends (ok or failed)
+    reservation: Reservation | None = None  # from the start of the load
     params: Any = None
     refs: int = 0
     last_used: float = 0.0
-    loaded: asyncio.Future | None = None  # resolves when the load ends (ok or failed)
     load_ms: float = 0.0
+
+    @property
+    def resident(self) -> int:
+        """Bytes reserved for the parameters (0 before the load has reserved any)."""
+        return self.reservation.remaining if self.reservation is not None else 0
 
 
 class SrsManager:
@@ -59,8 +60,7 @@ class SrsManager:
         return found
 
     def _publish(self, e: _Entry) -> None:
-        nbytes = e.reservation.remaining if e.reservation else 0
-        self._tracker.srs_update(e.circuit_id, nbytes, "loaded" if e.params else "loading",
+        self._tracker.srs_update(e.circuit_id, e.resident, "loaded" if e.params else "loading",
                                  e.refs)
 
     async def acquire(self, circuit_id: str) -> tuple[Any, float, bool]:
@@ -70,9 +70,8 @@ class SrsManager:
         with self._lock:
             e = self._entries.get(circuit_id)
             owner = e is None
-            if owner:
-                e = _Entry(circuit_id, kind, profile)
-                e.loaded = asyncio.get_running_loop().create_future()
+            if e is None:
+                e = _Entry(circuit_id, kind, profile, asyncio.get_running_loop().create_future())
                 self._entries[circuit_id] = e
             e.refs += 1
         if owner:
@@ -155,9 +154,10 @@ class SrsManager:
         return self._drop(e)
 
     def _drop(self, e: _Entry) -> int:
-        freed = e.reservation.remaining
+        freed = e.resident
         e.params = None
-        e.reservation.close()
+        if e.reservation is not None:
+            e.reservation.close()
         self._tracker.srs_removed(e.circuit_id)
         return freed
 
@@ -178,14 +178,14 @@ class SrsManager:
                     break
                 del self._entries[e.circuit_id]
                 victims.append(e)
-                total += e.reservation.remaining
+                total += e.resident
         return sum(self._drop(e) for e in victims)
 
     def resident_bytes(self, circuit_id: str) -> int:
         """Bytes reserved for a circuit's parameters (0 if they are not resident)."""
         with self._lock:
             e = self._entries.get(circuit_id)
-            return e.reservation.remaining if e is not None and e.reservation else 0
+            return e.resident if e is not None else 0
 
     def loaded(self) -> list[str]:
         with self._lock:

@@ -1,15 +1,20 @@
 """The prover stages the engine drives, injectable so scheduling tests can use fast stand-ins.
 
-The default is the real prover (cuzk_engine.groth16 / circuits); it is imported lazily so the
-scheduling layers load without it.
+The default is the real prover: the circuits (cuzk_engine.circuits) build each partition's
+constraint system, which the proof system (cuzk_engine.groth16) proves without knowing which
+circuit it is. Both are imported lazily so the scheduling layers load without them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cuzk_engine.groth16 import Synthesis
 
 
 @dataclass(frozen=True)
@@ -39,12 +44,26 @@ class Stages:
         return None
 
 
+def synthesize(kind: str, profile: str, seed: int, partition: int) -> Synthesis:
+    """The real synthesis stage: one partition of the (kind, profile) circuit with the witness
+    of ``seed``, in the form the prover takes. Module-level, so a process pool can run it."""
+    from cuzk_engine import circuits
+    from cuzk_engine.groth16 import Synthesis
+
+    start = time.perf_counter()
+    cs = circuits.build(kind, profile, seed, partition, matrices=False)
+    synth = Synthesis.from_constraint_system(cs, circuits.circuit_id(kind, profile), partition)
+    synth.timings["synthesize_s"] = time.perf_counter() - start
+    return synth
+
+
 def real_stages() -> Stages:
     from cuzk_engine import circuits, groth16
     from cuzk_engine.backend import select_backend
+    from cuzk_engine.vocabulary import KINDS, PROFILES
 
     return Stages(
-        synthesize=groth16.synthesize,
+        synthesize=synthesize,
         prove_start=groth16.prove_start,
         prove_finish=groth16.prove_finish,
         verify=groth16.verify,
@@ -55,7 +74,7 @@ def real_stages() -> Stages:
         partition_count=circuits.partition_count,
         working_set_bytes=circuits.working_set_bytes,
         select_backend=select_backend,
-        kinds=tuple(circuits.KINDS),
-        profiles=tuple(circuits.PROFILES),
+        kinds=KINDS,
+        profiles=PROFILES,
         max_seed=circuits.MAX_SEED,
     )

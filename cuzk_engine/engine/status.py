@@ -1,5 +1,9 @@
 """The StatusTracker: the one place that knows what every job, partition and worker is doing.
 
+A job's status, error and times live in its JobRecord here and nowhere else: the engine reads
+the record and keeps only what the tracker does not hold. Every time is on the tracker's clock
+(injectable); wall-clock times for people derive from it.
+
 Design (cuzk status.rs style, without its defects):
 - One ``threading.Lock`` guards the internal state. Writers come from the event loop and from
   device/finalizer threads; readers build snapshots.
@@ -21,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from cuzk_engine import __version__
 from cuzk_engine.engine.snapshot import (
@@ -36,7 +40,13 @@ from cuzk_engine.engine.snapshot import (
     SynthesisSnapshot,
     WorkerSnapshot,
 )
-from cuzk_engine.vocabulary import PARTITION_PHASES, SETTLED_PHASES, TERMINAL_STATUSES
+from cuzk_engine.errors import StatusTransitionError
+from cuzk_engine.vocabulary import (
+    PARTITION_PHASES,
+    SETTLED_PHASES,
+    TERMINAL_STATUSES,
+    WAITING_PHASES,
+)
 
 # Allowed phase transitions; anything else is an engine bug and raises at once.
 _TRANSITIONS = {
@@ -46,10 +56,6 @@ _TRANSITIONS = {
     "gpu": {"finalizing", "failed", "cancelled"},
     "finalizing": {"done", "failed", "cancelled"},
 }
-
-
-class StatusTransitionError(RuntimeError):
-    """An engine component asked for a transition the status model forbids (a bug)."""
 
 
 class _Part(NamedTuple):
@@ -81,7 +87,11 @@ class _Srs(NamedTuple):
     last_used: float
 
 
-class _Job:
+class JobRecord:
+    """A job as the tracker records it: what it is, its status and error, and its times on the
+    tracker's clock. The one record of a job's state: the engine keeps a reference and reads it,
+    only the tracker writes it (under its lock)."""
+
     __slots__ = (
         "circuit_id",
         "error",
@@ -99,7 +109,8 @@ class _Job:
         "version",
     )
 
-    def __init__(self, job_id, request_id, kind, profile, circuit_id, priority, n, now):
+    def __init__(self, job_id: str, request_id: str | None, kind: str, profile: str,
+                 circuit_id: str, priority: str, n: int, now: float):
         self.job_id = job_id
         self.request_id = request_id
         self.kind = kind
@@ -114,6 +125,10 @@ class _Job:
         self.srs_load_ms: float | None = None
         self.parts: tuple[_Part, ...] = (_Part(),) * n
         self.version = 0  # bumped on every change, so readers can reuse an unchanged snapshot
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
 
     def settled(self) -> bool:
         return all(p.state in SETTLED_PHASES for p in self.parts)
@@ -146,17 +161,17 @@ _TIMER_SLOT = {"synthesizing": 2, "gpu": 3, "finalizing": 4}
 
 
 class _RenderedJob(NamedTuple):
-    job: _Job
+    job: JobRecord
     version: int
     partitions: tuple[PartitionSnapshot | None, ...]  # None where a timer runs
     timed: tuple[tuple[int, tuple, int, float], ...]  # (index, constructor args, slot, since)
     done: int
 
 
-def _render_partitions(job: _Job, version: int, parts: tuple[_Part, ...]) -> _RenderedJob:
+def _render_partitions(job: JobRecord, version: int, parts: tuple[_Part, ...]) -> _RenderedJob:
     origin = job.submitted
     snaps: list[PartitionSnapshot | None] = []
-    timed = []
+    timed: list[tuple[int, tuple, int, float]] = []
     for i, p in enumerate(parts):
         args = (i, p.state, _span(p.synth_start, p.synth_end), _span(p.gpu_start, p.gpu_end),
                 _span(p.fin_start, p.fin_end), _offset(origin, p.synth_start),
@@ -166,6 +181,7 @@ def _render_partitions(job: _Job, version: int, parts: tuple[_Part, ...]) -> _Re
             snaps.append(PartitionSnapshot(*args))
         else:
             since = (p.synth_start, p.gpu_start, p.fin_start)[slot - 2]
+            assert since is not None, "a running phase has its start"
             snaps.append(None)
             timed.append((i, args, slot, since))
     return _RenderedJob(job, version, tuple(snaps), tuple(timed),
@@ -191,6 +207,8 @@ class StatusTracker:
         self._lock = threading.Lock()
         self._clock = clock
         self._t0 = clock()
+        # what the clock reads at the epoch: wall-clock times for people derive from the one clock
+        self._epoch = self._t0 - time.time()
         self._memory = memory
         self._retention = retention
         self._synth_max = synthesis_max_concurrent
@@ -202,8 +220,8 @@ class StatusTracker:
                 wid = len(self._workers)
                 self._workers.append(_Worker(wid, dev.ordinal))
                 self._device_workers.setdefault(dev.ordinal, []).append(wid)
-        self._jobs: dict[str, _Job] = {}
-        self._ended: dict[str, _Job] = {}  # terminal jobs still listed, oldest ending first
+        self._jobs: dict[str, JobRecord] = {}
+        self._ended: dict[str, JobRecord] = {}  # terminal jobs still listed, oldest ending first
         self._pickups: dict[int, tuple[int, str, int]] = {}  # token -> (worker, job, partition)
         self._tokens = itertools.count(1)
         self._phase_counts = dict.fromkeys(PARTITION_PHASES, 0)
@@ -241,13 +259,26 @@ class StatusTracker:
     def seq(self) -> int:
         return self._seq
 
-    def _job(self, job_id: str) -> _Job:
+    def now(self) -> float:
+        """The tracker's clock, the one every time of a job is read on."""
+        return self._clock()
+
+    def wall_time(self, t: float) -> float:
+        """A time on the tracker's clock as seconds since the epoch, for people to read."""
+        return t - self._epoch
+
+    @property
+    def started(self) -> float:
+        """When the tracker started, on its clock."""
+        return self._t0
+
+    def _job(self, job_id: str) -> JobRecord:
         try:
             return self._jobs[job_id]
         except KeyError:
             raise StatusTransitionError(f"unknown job {job_id!r}") from None
 
-    def _set_partition(self, job: _Job, index: int, state: str, **fields) -> _Part:
+    def _set_partition(self, job: JobRecord, index: int, state: str, **fields) -> _Part:
         old = job.parts[index]
         if state not in _TRANSITIONS.get(old.state, ()):
             raise StatusTransitionError(
@@ -260,9 +291,9 @@ class StatusTracker:
         self._phase_counts[state] += 1
         return new
 
-    def _finish_job(self, job: _Job, status: str, error: str | None, now: float) -> bool:
+    def _finish_job(self, job: JobRecord, status: str, error: str | None, now: float) -> bool:
         """Move a job to a terminal status; counts it exactly once. Returns False if already."""
-        if job.status in TERMINAL_STATUSES:
+        if job.terminal:
             return False
         if job.status == "queued":
             self._queued_by_kind[job.kind] -= 1
@@ -276,7 +307,7 @@ class StatusTracker:
         table[job.kind] = table.get(job.kind, 0) + 1
         for i, p in enumerate(job.parts):
             # Parts nobody is working on settle now; in-flight ones settle when their step ends.
-            if p.state in ("pending", "synth_done"):
+            if p.state in WAITING_PHASES:
                 self._set_partition(job, i, "cancelled")
         return True
 
@@ -288,6 +319,7 @@ class StatusTracker:
         w = self._workers[pick[0]]
         if w.token != token:
             return
+        assert w.busy_since is not None, "a worker holding a pickup is busy"
         self._workers[pick[0]] = _Worker(
             w.worker_id, w.gpu_ordinal, busy_total=w.busy_total + (now - w.busy_since)
         )
@@ -295,18 +327,22 @@ class StatusTracker:
     # ------------------------------------------------------------------ job lifecycle
 
     def register_job(self, job_id: str, *, kind: str, profile: str, circuit_id: str,
-                     priority: str, partitions: int, request_id: str | None = None) -> None:
+                     priority: str, partitions: int,
+                     request_id: str | None = None) -> JobRecord:
+        """Track a new, queued job; returns its record (to read; only the tracker writes it)."""
         if partitions < 1:
             raise ValueError("a job has at least one partition")
         with self._lock:
             if job_id in self._jobs:
                 raise StatusTransitionError(f"job {job_id!r} is already tracked")
-            self._jobs[job_id] = _Job(job_id, request_id, kind, profile, circuit_id, priority,
-                                      partitions, self._clock())
+            record = JobRecord(job_id, request_id, kind, profile, circuit_id, priority,
+                               partitions, self._clock())
+            self._jobs[job_id] = record
             self._phase_counts["pending"] += partitions
             self._queued_by_kind[kind] = self._queued_by_kind.get(kind, 0) + 1
             ls = self._changed()
         self._notify(ls)
+        return record
 
     def job_started(self, job_id: str) -> None:
         with self._lock:
@@ -352,11 +388,6 @@ class StatusTracker:
         self._notify(ls)
         return changed
 
-    def job_status(self, job_id: str) -> str | None:
-        with self._lock:
-            job = self._jobs.get(job_id)
-            return job.status if job else None
-
     def set_accepting(self, accepting: bool) -> None:
         with self._lock:
             self._accepting = accepting
@@ -369,7 +400,7 @@ class StatusTracker:
         """Returns False (and settles the partition) if the job already ended."""
         with self._lock:
             job = self._job(job_id)
-            if job.status in TERMINAL_STATUSES:
+            if job.terminal:
                 return False
             self._set_partition(job, index, "synthesizing", synth_start=self._clock())
             ls = self._changed()
@@ -381,7 +412,7 @@ class StatusTracker:
         with self._lock:
             job = self._job(job_id)
             now = self._clock()
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             self._set_partition(job, index, "synth_done" if alive else "cancelled", synth_end=now)
             ls = self._changed()
         self._notify(ls)
@@ -392,7 +423,7 @@ class StatusTracker:
         None if the job already ended (the partition was settled then and must be dropped)."""
         with self._lock:
             job = self._job(job_id)
-            if job.status in TERMINAL_STATUSES:
+            if job.terminal:
                 return None
             w = self._workers[worker_id]
             if w.token is not None:
@@ -417,7 +448,7 @@ class StatusTracker:
             _, job_id, index = self._pickups[token]
             now = self._clock()
             job = self._jobs[job_id]
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             if alive:
                 self._set_partition(job, index, "finalizing", gpu_end=now, fin_start=now)
             else:
@@ -436,7 +467,7 @@ class StatusTracker:
         with self._lock:
             now = self._clock()
             job = self._job(job_id)
-            alive = job.status not in TERMINAL_STATUSES
+            alive = not job.terminal
             self._set_partition(job, index, "done" if alive else "cancelled", fin_end=now)
             if token is not None:
                 self._release_worker(token, now)
@@ -446,8 +477,9 @@ class StatusTracker:
         return alive
 
     def partition_failed(self, job_id: str, index: int, reason: str,
-                         token: int | None = None) -> None:
-        """A partition failed: it fails its job (once) and settles; its worker is released."""
+                         token: int | None = None) -> bool:
+        """A partition failed: it fails its job (once) and settles; its worker is released.
+        Returns True when this failure ended the job (False: it had already ended)."""
         with self._lock:
             now = self._clock()
             job = self._job(job_id)
@@ -462,9 +494,10 @@ class StatusTracker:
             if token is not None:
                 self._release_worker(token, now)
                 self._pickups.pop(token, None)
-            self._finish_job(job, "failed", f"partition {index}: {reason}", now)
+            ended = self._finish_job(job, "failed", f"partition {index}: {reason}", now)
             ls = self._changed()
         self._notify(ls)
+        return ended
 
     # ------------------------------------------------------------------ SRS allocations
 
@@ -489,6 +522,7 @@ class StatusTracker:
         still inside the retention: a reader never scans the live jobs here."""
         gone = []
         for jid, job in self._ended.items():
+            assert job.finished is not None, "an ended job has finished"
             if now - job.finished < self._retention:
                 break
             if job.settled():  # a partition still on a device or finalizing keeps it listed
@@ -547,7 +581,8 @@ class StatusTracker:
             pipelines.append(PipelineSnapshot(
                 job.job_id, job.request_id, job.kind, job.kind, job.profile, job.circuit_id,
                 job.priority, status, error, round(now - submitted, 3),
-                _ms(submitted, started, now), srs_ms, len(parts), rendered.done, psnaps,
+                _ms(submitted, started, now), srs_ms, len(parts), rendered.done,
+                cast("list[PartitionSnapshot]", psnaps),  # every running timer filled in
             ))
         self._pipe_cache = cache
         wsnaps = [

@@ -67,7 +67,3 @@ def limbs_to_bytes(limbs: np.ndarray) -> list[bytes]:
     """Each element as 32 little-endian bytes (what arkworks Scalar.from_le_bytes takes)."""
     raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
     return [raw[i:i + BYTES] for i in range(0, len(raw), BYTES)]
-
-
-def is_canonical(value: int) -> bool:
-    return isinstance(value, int) and 0 <= value < MODULUS

@@ -45,7 +45,7 @@ def linear(terms: Sequence[tuple[int, Num]], const: int = 0) -> Num:
     value = const + sum(coeff * x.value for coeff, x in terms)
     lc: LC = {ONE: const % MODULUS} if const % MODULUS else {}
     for coeff, x in terms:
-        if x.lc is None:  # a values-only system
+        if x.lc is None:  # values only: no linear combination is built
             return Num(None, value % MODULUS)
         for var, k in x.lc.items():
             lc[var] = (lc.get(var, 0) + coeff * k) % MODULUS

@@ -23,7 +23,6 @@ from cuzk_engine.groth16.prover import (
     prove,
     prove_finish,
     prove_start,
-    synthesize,
 )
 from cuzk_engine.groth16.verifier import split_proofs, verify, verify_partitions
 
@@ -57,6 +56,6 @@ def parameters_file_bytes(param_cache: Path, circuit_id: str) -> int:
 __all__ = [
     "NOT_TRUSTED", "PROOF_BYTES", "Parameters", "PendingProof", "Synthesis", "VerifyingKey",
     "ensure_parameters", "load_parameters", "parameter_paths", "parameters_file_bytes",
-    "prove", "prove_finish", "prove_start", "split_proofs", "synthesize", "verify",
+    "prove", "prove_finish", "prove_start", "split_proofs", "verify",
     "verify_partitions",
 ]

@@ -51,7 +51,8 @@ _SECTION_SIZE = dict(SECTIONS)
 class VerifyingKey:
     """alpha in G1; beta, gamma, delta in G2; IC (one G1 point per public input, plus one)."""
 
-    def __init__(self, alpha_g1, beta_g2, gamma_g2, delta_g2, ic: list):
+    def __init__(self, alpha_g1: G1Point, beta_g2: G2Point, gamma_g2: G2Point,
+                 delta_g2: G2Point, ic: list[G1Point]):
         self.alpha_g1 = alpha_g1
         self.beta_g2 = beta_g2
         self.gamma_g2 = gamma_g2

@@ -1,6 +1,8 @@
 """The Groth16 prover, split where the engine needs it.
 
-synthesize (CPU, process pool) -> prove_start (NTTs + G1 MSMs: the GPU's part) ->
+It proves a satisfied constraint system, whatever circuit built it (the engine's synthesis
+stage builds one per partition: cuzk_engine.engine.stages.synthesize):
+Synthesis.from_constraint_system -> prove_start (NTTs + G1 MSMs: the GPU's part) ->
 prove_finish (G2 MSM, blinding, assembly: the finalizer's part).
 
 With witness w, QAP polynomials u_i, v_i, w_i and quotient h:
@@ -18,25 +20,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cuzk_engine import circuits, native
+from cuzk_engine import native
 from cuzk_engine.backend import Backend, select_backend
 from cuzk_engine.curve import G1Point, msm_g2, scalar, scalars_from_le_bytes
 from cuzk_engine.errors import InvalidRequest
 from cuzk_engine.field import MODULUS, int_to_limbs, ints_to_limbs, limbs_to_bytes, limbs_to_ints
 from cuzk_engine.groth16.keys import Parameters
 from cuzk_engine.poly import Domain
+from cuzk_engine.r1cs import ConstraintSystem
 
 PROOF_BYTES = 192
 
 
 @dataclass
 class Synthesis:
-    """One synthesized partition: picklable, so it can leave a synthesis worker process."""
+    """A satisfied constraint system in the form the prover takes (one partition of a proof):
+    picklable, so it can leave a synthesis worker process. ``circuit_id`` names the circuit,
+    which must be the one the parameters were made for."""
 
     circuit_id: str
-    kind: str
-    profile: str
-    seed: int
     partition: int
     public_inputs: list[int]
     witness: np.ndarray  # (num_variables, 4) uint64: ONE, public inputs, then private values
@@ -44,6 +46,21 @@ class Synthesis:
     b: np.ndarray
     c: np.ndarray
     timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_constraint_system(cls, cs: ConstraintSystem, circuit_id: str,
+                               partition: int = 0) -> Synthesis:
+        """A sealed constraint system's witness and A.w, B.w, C.w, checked satisfied: an
+        unsatisfied one raises UnsatisfiedCircuit naming the first failing constraint."""
+        synth = cls(
+            circuit_id=circuit_id, partition=partition, public_inputs=cs.public_inputs,
+            witness=ints_to_limbs(cs.values), a=ints_to_limbs(cs.a_vals),
+            b=ints_to_limbs(cs.b_vals), c=ints_to_limbs(cs.c_vals),
+        )
+        lib = native.load()
+        if lib is None or not np.array_equal(lib.mul_vec(synth.a, synth.b), synth.c):
+            cs.raise_unsatisfied(cs.first_unsatisfied())  # names the first failing row
+        return synth
 
     @property
     def num_constraints(self) -> int:
@@ -69,22 +86,6 @@ class PendingProof:
     @property
     def nbytes(self) -> int:
         return len(self.a_g1) + len(self.b_g1) + len(self.c_g1) + len(self.b_scalars)
-
-
-def synthesize(kind: str, profile: str, seed: int, partition: int) -> Synthesis:
-    start = time.perf_counter()
-    cs = circuits.build(kind, profile, seed, partition, matrices=False)
-    synth = Synthesis(
-        circuit_id=circuits.circuit_id(kind, profile), kind=kind, profile=profile, seed=seed,
-        partition=partition, public_inputs=cs.public_inputs,
-        witness=ints_to_limbs(cs.values), a=ints_to_limbs(cs.a_vals),
-        b=ints_to_limbs(cs.b_vals), c=ints_to_limbs(cs.c_vals),
-    )
-    lib = native.load()
-    if lib is None or not np.array_equal(lib.mul_vec(synth.a, synth.b), synth.c):
-        cs.raise_unsatisfied(cs.first_unsatisfied())  # names the first failing row
-    synth.timings["synthesize_s"] = time.perf_counter() - start
-    return synth
 
 
 def _check_shape(synth: Synthesis, params: Parameters) -> None:
@@ -209,4 +210,4 @@ def prove(synth: Synthesis, params: Parameters, backend: Backend | None = None) 
 
 
 __all__ = ["PROOF_BYTES", "PendingProof", "Synthesis", "prove", "prove_finish",
-           "prove_start", "synthesize"]
+           "prove_start"]

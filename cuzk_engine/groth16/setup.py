@@ -118,12 +118,13 @@ def generate(param_cache: Path, kind: str, profile: str,
     gamma_inv, delta_inv = inverse(gamma), inverse(delta)
     combined = [(beta * u[i] + alpha * v[i] + w[i]) % MODULUS for i in range(num_vars)]
     z_tau = domain.vanishing_at(tau)
-    h_scalars, acc = [], z_tau * delta_inv % MODULUS
+    h_scalars = []
+    term = z_tau * delta_inv % MODULUS  # tau^j Z(tau) / delta
     for _ in range(domain.size - 1):
-        h_scalars.append(acc)
-        acc = acc * tau % MODULUS
+        h_scalars.append(term)
+        term = term * tau % MODULUS
 
-    jobs = [
+    jobs: list[tuple[str, str, list[int]]] = [
         ("alpha_g1", "g1", [alpha]), ("beta_g1", "g1", [beta]), ("delta_g1", "g1", [delta]),
         ("beta_g2", "g2", [beta]), ("delta_g2", "g2", [delta]), ("gamma_g2", "g2", [gamma]),
         ("ic", "g1", [c * gamma_inv % MODULUS for c in combined[:num_inputs]]),

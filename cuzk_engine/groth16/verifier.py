@@ -6,6 +6,8 @@ from __future__ import annotations
 from cuzk_engine.curve import (
     G1_COMPRESSED,
     G2_COMPRESSED,
+    G1Point,
+    G2Point,
     g1_from_compressed,
     g2_from_compressed,
     msm_g1,
@@ -19,7 +21,7 @@ from cuzk_engine.groth16.keys import VerifyingKey
 PROOF_BYTES = G1_COMPRESSED + G2_COMPRESSED + G1_COMPRESSED
 
 
-def parse_proof(proof: bytes):
+def parse_proof(proof: bytes) -> tuple[G1Point, G2Point, G1Point]:
     if not isinstance(proof, bytes | bytearray) or len(proof) != PROOF_BYTES:
         size = len(proof) if isinstance(proof, bytes | bytearray) else type(proof).__name__
         raise ProofFormatError(f"a partition proof is {PROOF_BYTES} bytes, got {size}")

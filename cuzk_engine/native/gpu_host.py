@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from cuzk_engine.errors import CompilerUnavailable
 from cuzk_engine.native import _find_compiler, build_library
 from cuzk_engine.native.gpu_driver import KERNEL_SIGNATURES
 
@@ -25,10 +26,6 @@ ELEMENTWISE = ("fp_mul_vec", "fp_add_vec", "fp_sub_vec", "fp_to_mont_vec", "fp_f
 
 _lock = threading.Lock()
 _loaded: dict[str, HostKernels] = {}
-
-
-class CompilerUnavailable(RuntimeError):
-    pass
 
 
 def _pointer(array: np.ndarray) -> ctypes.c_void_p:

@@ -13,20 +13,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from cuzk_engine.errors import KernelCompileError, NvrtcUnavailable
+
 SOURCE_DIR = Path(__file__).resolve().parent
 KERNEL_SOURCES = ("ntt.cu", "msm.cu")
 DEFAULT_ARCH = "compute_90"
-
-
-class NvrtcUnavailable(RuntimeError):
-    """No NVRTC library could be loaded (the nvidia-cuda-nvrtc-cu12 wheel is not installed)."""
-
-
-class KernelCompileError(RuntimeError):
-    def __init__(self, source: str, log: str):
-        super().__init__(f"{source} failed to compile:\n{log}")
-        self.source = source
-        self.log = log
 
 
 def _candidate_libraries() -> list[str]:

@@ -37,16 +37,8 @@ class Domain:
         return root_of_unity(self.log_n)
 
     @property
-    def omega_inv(self) -> int:
-        return inverse(self.omega)
-
-    @property
     def size_inv(self) -> int:
         return inverse(self.size)
-
-    @property
-    def coset_shift(self) -> int:
-        return GENERATOR
 
     def vanishing_at(self, x: int) -> int:
         """Z(x) = x^n - 1."""

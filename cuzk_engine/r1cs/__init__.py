@@ -28,21 +28,6 @@ def lc_eval(lc: LC, values: list[int]) -> int:
     return sum(coeff * values[var] for var, coeff in lc.items()) % MODULUS
 
 
-def lc_add(x: LC, y: LC, scale: int = 1) -> LC:
-    """x + scale * y."""
-    out = dict(x)
-    for var, coeff in y.items():
-        out[var] = (out.get(var, 0) + scale * coeff) % MODULUS
-    return {v: c for v, c in out.items() if c}
-
-
-def lc_scale(x: LC, scale: int) -> LC:
-    scale %= MODULUS
-    if not scale:
-        return {}
-    return {v: c * scale % MODULUS for v, c in x.items()}
-
-
 @dataclass
 class ConstraintSystem:
     matrices: bool = True
@@ -64,10 +49,6 @@ class ConstraintSystem:
     @property
     def num_variables(self) -> int:
         return len(self.values)
-
-    @property
-    def num_aux(self) -> int:
-        return len(self.values) - self.num_inputs
 
     @property
     def num_constraints(self) -> int:
@@ -99,14 +80,17 @@ class ConstraintSystem:
         """a * b = c. `values` are the three combinations' values when the caller knows them."""
         if self._sealed:
             raise RuntimeError("constraint system is sealed")
-        if values is None:
-            assert a is not None and b is not None and c is not None, "no values: a, b, c needed"
-            values = (lc_eval(a, self.values), lc_eval(b, self.values), lc_eval(c, self.values))
-        if self.matrices:
-            assert a is not None and b is not None and c is not None, "the matrices need a, b, c"
-            self.a.append(a)
-            self.b.append(b)
-            self.c.append(c)
+        if values is None or self.matrices:
+            if a is None or b is None or c is None:
+                raise RuntimeError("the constraint's linear combinations are needed: to evaluate "
+                                   "it, or to keep the matrices")
+            if values is None:
+                values = (lc_eval(a, self.values), lc_eval(b, self.values),
+                          lc_eval(c, self.values))
+            if self.matrices:
+                self.a.append(a)
+                self.b.append(b)
+                self.c.append(c)
         self.a_vals.append(values[0] % MODULUS)
         self.b_vals.append(values[1] % MODULUS)
         self.c_vals.append(values[2] % MODULUS)

@@ -11,6 +11,7 @@ import pytest
 from cuzk_engine import circuits
 from cuzk_engine.cli import main
 from cuzk_engine.field import MODULUS
+from cuzk_engine.vocabulary import KINDS
 from tests.cuzk_engine.conftest import blst_verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def proof_dirs(tiny_cache, tmp_path_factory):
     """One `prove` output directory per kind, made through the CLI."""
     root = tmp_path_factory.mktemp("proofs")
     out = {}
-    for kind in circuits.KINDS:
+    for kind in KINDS:
         out[kind] = root / kind
         rc = main(["prove", "--kind", kind, "--profile", "tiny", "--seed", "1", "--out",
                    str(out[kind]), "--param-cache", str(tiny_cache)])
@@ -42,7 +43,7 @@ def run_cli(*args, cache_dir):
                           text=True, env=env, cwd=REPO, timeout=300)
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_prove_writes_the_documented_files(kind, proof_dirs, capsys):
     d = proof_dirs[kind]
     assert sorted(p.name for p in d.iterdir()) == [

@@ -2,7 +2,8 @@
 
 import pytest
 
-from cuzk_engine.config import ConfigError, config_from_dict, load_config, parse_size
+from cuzk_engine.config import config_from_dict, load_config, parse_size
+from cuzk_engine.errors import ConfigError
 
 
 def test_defaults_and_full_file(tmp_path):

@@ -12,7 +12,7 @@ from py_arkworks_bls12381 import G1Point, Scalar
 from cuzk_engine.backend import cuda, select_backend
 from cuzk_engine.backend.cpu import CpuBackend
 from cuzk_engine.curve import G1Bases
-from cuzk_engine.errors import InvalidRequest
+from cuzk_engine.errors import CompilerUnavailable, CudaUnavailable, InvalidRequest
 from cuzk_engine.field import MODULUS
 
 HAS_GPU = cuda.device_count() > 0
@@ -46,7 +46,7 @@ def test_missing_cupy_is_reported_with_the_install_hint(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_cupy)
     assert cuda.device_count() == 0
-    with pytest.raises(cuda.CudaUnavailable, match=r"gpu extra"):
+    with pytest.raises(CudaUnavailable, match=r"gpu extra"):
         cuda.CudaBackend.create(0)
     with pytest.raises(InvalidRequest, match="cupy is not installed"):
         select_backend("cuda:0")
@@ -156,7 +156,7 @@ def host_backend():
 
     try:
         kernels = gpu_host.load()
-    except gpu_host.CompilerUnavailable as exc:
+    except CompilerUnavailable as exc:
         pytest.skip(str(exc))
     return cuda.CudaBackend(0, _HostCupy(kernels))
 

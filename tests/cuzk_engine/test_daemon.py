@@ -7,9 +7,10 @@ import asyncio
 import aiohttp
 import pytest
 
-from cuzk_engine.config import ConfigError, EngineConfig
+from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon import EngineDaemon
-from cuzk_engine.daemon.client import EngineAPIError, EngineClient
+from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.errors import ConfigError, EngineAPIError
 
 
 def config(tmp_path, **daemon):

@@ -10,8 +10,8 @@ from cuzk_engine.daemon import EngineDaemon
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
 from cuzk_engine.groth16 import VerifyingKey, verify
-
-KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
+from cuzk_engine.vocabulary import KINDS
+from tests.cuzk_engine.conftest import snapshot_when
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +107,12 @@ async def test_cancel_running_snap_update_then_monolithic_engine_still_proves(pa
     try:
         async with EngineClient(d.url) as c:
             job = await c.submit("snap-update", "tiny", 5)
-            for _ in range(400):
-                snap = await c.status()
-                if any(pt["state"] in ("gpu", "finalizing", "done")
-                       for p in snap["pipelines"] for pt in p["partitions"]):
-                    break
-                await asyncio.sleep(0.05)
+            on_device = await snapshot_when(
+                d.engine, lambda s: any(pt.state in ("gpu", "finalizing")
+                                        for p in s.pipelines for pt in p.partitions),
+                "a partition of the snap-update on a device", timeout=60)
+            # the job is cancelled while it runs, not while it waits in the queue
+            assert on_device.pipelines[0].status == "running"
             cancelled = await c.cancel(job["job_id"])
             assert cancelled["status"] == "cancelled"
             await asyncio.wait_for(d.engine.get(job["job_id"]).settled.wait(), 60)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import pytest
 
 from cuzk_engine.config import EngineConfig
-from cuzk_engine.engine.orchestrator import Engine, EngineNotAccepting, RequestConflict
+from cuzk_engine.engine.orchestrator import Engine
 from cuzk_engine.engine.snapshot import snapshot_violations
 from cuzk_engine.engine.stages import Stages
-from cuzk_engine.errors import InvalidRequest
+from cuzk_engine.errors import EngineNotAccepting, InvalidRequest, RequestConflict
+from tests.cuzk_engine.conftest import snapshot_when
 
 PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
 FAIL_SYNTH_SEED = 666  # partition 1 of this seed fails synthesis
@@ -64,7 +65,7 @@ class StandInStages:
     """Fast in-process stand-ins for the prover stages (scheduling tests only)."""
 
     def __init__(self, delay=0.0, finish_gate=None):
-        self.delay = delay
+        self.delay = delay  # how long synthesis and prove_start work: the sleeps below
         self.finish_gate = finish_gate
         self.events = []
         self.lock = threading.Lock()
@@ -145,7 +146,7 @@ class Sampler:
             self.count += 1
             if bad:
                 self.violations.append(bad)
-            time.sleep(0.0005)
+            self._stop.wait(0.0005)  # a reader's pace, leaving the engine's threads room
 
     def __enter__(self):
         self._thread.start()
@@ -166,6 +167,23 @@ async def finish(engine, jobs, timeout=20):
     for j in jobs:
         await asyncio.wait_for(j.ended.wait(), timeout)
     await asyncio.wait_for(asyncio.gather(*(j.settled.wait() for j in jobs)), timeout)
+
+
+async def until_running(engine, job):
+    await snapshot_when(engine, lambda s: any(p.job_id == job.job_id and p.status == "running"
+                                              for p in s.pipelines), f"{job.job_id} running")
+
+
+class AwaitedEvent(asyncio.Event):
+    """An event that tells when someone starts waiting on it (``awaited``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.awaited = asyncio.Event()
+
+    async def wait(self):
+        self.awaited.set()
+        return await super().wait()
 
 
 def assert_clean(engine, params_loaded=True):
@@ -201,19 +219,36 @@ async def test_split_prove_worker_picks_up_next_partition_before_finalizer_ends(
     si = StandInStages(finish_gate=gate)
     engine = await started(make_config(workers=1, synth=1), si)
     job, _, _ = engine.submit("porep-c2", "tiny", 1)
-    for _ in range(200):
-        if sum(1 for e in si.events if e[0] == "start") >= 2:
-            break
-        await asyncio.sleep(0.01)
-    # partition 1 reached the device while partition 0's prove_finish is still blocked
-    assert [e[0] for e in si.events[:2]] == ["start", "start"]
-    snap = engine.snapshot()
-    states = [p.state for p in snap.pipelines[0].partitions]
-    assert states[0] == "finalizing"
+    # the one worker took partition 1 onto the device while partition 0's prove_finish is
+    # still blocked in the finalizer
+    snap = await snapshot_when(
+        engine, lambda s: [p.state for p in s.pipelines[0].partitions][:2] == [
+            "finalizing", "gpu"], "partition 1 on the device while partition 0 finalizes")
+    assert snap.pipelines[0].partitions[1].worker_id == 0
+    assert [e[0] for e in si.events if e[1:] == (1, 0)] == ["start"]  # not finished
     assert snapshot_violations(snap) == []
     gate.set()
     await finish(engine, [job])
     assert job.status == "done"
+    await engine.stop()
+
+
+async def test_a_jobs_result_and_its_pipeline_read_one_record_on_one_clock():
+    engine = await started(make_config(), StandInStages())
+    job = engine.submit("porep-c2", "tiny", 1)[0]
+    await finish(engine, [job])
+    result = job.result()
+    pipeline = engine.snapshot().pipelines[0]
+    assert (result["status"], result["error"]) == (pipeline.status, pipeline.error) == (
+        "done", None)
+    assert result["timings"]["queue_ms"] == pipeline.queued_ms
+    assert result["timings"]["srs_load_ms"] == pipeline.srs_load_ms
+    assert result["timings"]["total_ms"] >= result["timings"]["queue_ms"]
+    assert abs(result["submitted_at"] - time.time()) < 60  # wall-clock seconds
+    assert set(result) == {
+        "job_id", "request_id", "kind", "profile", "seed", "priority", "circuit_id",
+        "partitions", "status", "cancelled_by", "submitted_at", "timings", "proof",
+        "public_inputs", "vk", "verified", "error"}
     await engine.stop()
 
 
@@ -237,7 +272,11 @@ async def test_cancel_queued_and_running_jobs_returns_budget_and_keeps_serving()
     engine = await started(make_config(synth=1, workers=1), si)
     running = engine.submit("snap-update", "tiny", 1)[0]
     queued = engine.submit("snap-update", "tiny", 2)[0]
-    await asyncio.sleep(0.05)
+    # one synthesis slot: the second job waits until all 16 partitions of the first are taken
+    snap = await snapshot_when(
+        engine, lambda s: any(p.state == "gpu" for p in s.pipelines[0].partitions),
+        "a partition of the first job on the device")
+    assert [p.status for p in snap.pipelines] == ["running", "queued"]
     engine.cancel(queued.job_id)
     engine.cancel(running.job_id)
     gate.set()
@@ -350,7 +389,7 @@ async def test_drain_finishes_running_cancels_queued_and_refuses_new():
     engine = await started(make_config(synth=1, workers=1), si)
     running = engine.submit("porep-c2", "tiny", 1)[0]
     queued = [engine.submit("porep-c2", "tiny", s)[0] for s in range(2, 5)]
-    await asyncio.sleep(0.02)
+    await until_running(engine, running)
     await asyncio.wait_for(engine.drain(), 20)
     assert running.status == "done"
     assert any(j.status == "cancelled" and "shutting down" in j.error for j in queued)
@@ -372,10 +411,14 @@ async def test_a_drain_marks_its_cancels_as_the_engines_and_waits_for_results_to
     queued = [engine.submit("porep-c2", "tiny", s, request_id=f"q{s}")[0] for s in range(2, 5)]
     user_cancelled = engine.cancel(queued.pop().job_id)
     assert user_cancelled.result()["cancelled_by"] == "request"
-    await asyncio.sleep(0.02)
+    await until_running(engine, running)
+    for job in [running, *queued]:
+        job.collected = AwaitedEvent()
     drain = asyncio.create_task(engine.drain())
-    await asyncio.wait_for(asyncio.gather(*(j.settled.wait() for j in [running, *queued])), 20)
-    await asyncio.sleep(0.05)
+    # every job has settled and the drain waits for each result to be fetched
+    await asyncio.wait_for(
+        asyncio.gather(*(j.collected.awaited.wait() for j in [running, *queued])), 20)
+    assert all(j.settled.is_set() for j in [running, *queued])
     assert not drain.done(), "the drain ended before anyone fetched its results"
     for job in [running, *queued]:
         await engine.wait(job.job_id, 0)
@@ -429,7 +472,7 @@ async def test_randomized_load_with_cancels_keeps_every_invariant():
             jobs.append(engine.submit(kind, "tiny", seed + 1000 * (seed == n))[0])
             if rng.random() < 0.3:
                 engine.cancel(rng.choice(jobs).job_id)
-            await asyncio.sleep(rng.random() * 0.01)
+            await asyncio.sleep(rng.random() * 0.01)  # the load's shape: random arrivals
         await finish(engine, jobs, timeout=60)
     assert sampler.violations == [], sampler.violations[:3]
     c = engine.snapshot().counters

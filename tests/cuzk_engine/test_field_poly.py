@@ -88,7 +88,7 @@ def test_quotient_satisfies_h_times_z():
     n = domain.size
     a, b = rand_vec(n), rand_vec(n)
     c = [x * y % MODULUS for x, y in zip(a, b)]
-    synth = Synthesis("t", "t", "t", 0, 0, [], ints_to_limbs([1]), ints_to_limbs(a),
+    synth = Synthesis("t", 0, [], ints_to_limbs([1]), ints_to_limbs(a),
                       ints_to_limbs(b), ints_to_limbs(c))
     backend = select_backend("cpu")
     h = limbs_to_ints(compute_h(backend, synth, domain))
@@ -106,7 +106,7 @@ def test_quotient_rejects_non_divisible_input():
     domain = Domain(4)
     n = domain.size
     a, b, c = rand_vec(n), rand_vec(n), rand_vec(n)
-    synth = Synthesis("t", "t", "t", 0, 0, [], ints_to_limbs([1]), ints_to_limbs(a),
+    synth = Synthesis("t", 0, [], ints_to_limbs([1]), ints_to_limbs(a),
                       ints_to_limbs(b), ints_to_limbs(c))
     with pytest.raises(ArithmeticError):
         compute_h(select_backend("cpu"), synth, domain)

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from cuzk_engine.errors import KernelCompileError, NvrtcUnavailable
 from cuzk_engine.native import nvrtc
 from cuzk_engine.native.gpu_driver import KERNEL_FILES, KERNEL_SIGNATURES
 
@@ -20,7 +21,7 @@ def test_every_kernel_in_the_signature_table_lives_in_one_file():
 def test_nvrtc_compiles_kernels_for_compute_90(source):
     try:
         ptx = nvrtc.compile_ptx(source)
-    except nvrtc.NvrtcUnavailable as exc:
+    except NvrtcUnavailable as exc:
         pytest.skip(f"NVRTC wheel missing: {exc}")
     entries = set(re.findall(r"\.entry\s+(\w+)", ptx))
     assert entries == {f"{name}_all" for name in KERNEL_FILES[source]}
@@ -29,11 +30,11 @@ def test_nvrtc_compiles_kernels_for_compute_90(source):
 def test_nvrtc_reports_compile_errors_with_the_log(tmp_path, monkeypatch):
     try:
         nvrtc.load_nvrtc()
-    except nvrtc.NvrtcUnavailable as exc:
+    except NvrtcUnavailable as exc:
         pytest.skip(f"NVRTC wheel missing: {exc}")
     (tmp_path / "broken.cu").write_text('extern "C" __global__ void k() { int x = }\n')
     monkeypatch.setattr(nvrtc, "SOURCE_DIR", tmp_path)
-    with pytest.raises(nvrtc.KernelCompileError, match="broken.cu.*error"):
+    with pytest.raises(KernelCompileError, match="broken.cu.*error"):
         nvrtc.compile_ptx("broken.cu")
 
 

@@ -6,8 +6,11 @@ import pytest
 
 from cuzk_engine import circuits, groth16
 from cuzk_engine.backend import select_backend
-from cuzk_engine.errors import InvalidRequest, ProofFormatError
+from cuzk_engine.engine.stages import synthesize
+from cuzk_engine.errors import InvalidRequest, ProofFormatError, UnsatisfiedCircuit
 from cuzk_engine.field import MODULUS
+from cuzk_engine.r1cs import ConstraintSystem
+from cuzk_engine.vocabulary import KINDS
 from tests.cuzk_engine.conftest import blst_verify
 
 
@@ -16,11 +19,11 @@ def proved(tiny_params):
     """kind -> (vk json, [public inputs per partition], [proof per partition])."""
     backend = select_backend("cpu")
     out = {}
-    for kind in circuits.KINDS:
+    for kind in KINDS:
         params = tiny_params[kind]
         inputs, proofs = [], []
         for partition in range(circuits.partition_count(kind, "tiny")):
-            synth = groth16.synthesize(kind, "tiny", 11, partition)
+            synth = synthesize(kind, "tiny", 11, partition)
             if partition % 2:
                 proof = groth16.prove_finish(groth16.prove_start(synth, params, backend), params)
             else:
@@ -31,7 +34,7 @@ def proved(tiny_params):
     return out
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_partition_verifies_with_us_and_with_blst(kind, proved, tiny_params):
     vk_json, inputs, proofs = proved[kind]
     vk = groth16.VerifyingKey.from_json(json.loads(json.dumps(vk_json)))
@@ -62,7 +65,7 @@ def test_flipping_any_byte_breaks_the_proof(proved, tiny_params):
             assert _rejects(vk, vk_json, inputs[0], bytes(bad)), (i, mask)
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_changing_any_public_input_fails(kind, proved, tiny_params):
     vk_json, inputs, proofs = proved[kind]
     vk = tiny_params[kind].vk
@@ -83,7 +86,7 @@ def test_swapping_two_partitions_fails(kind, proved, tiny_params):
 
 def test_proofs_are_blinded(tiny_params):
     params = tiny_params["window-post"]
-    synth = groth16.synthesize("window-post", "tiny", 1, 0)
+    synth = synthesize("window-post", "tiny", 1, 0)
     first, second = groth16.prove(synth, params), groth16.prove(synth, params)
     assert first != second
     assert groth16.verify(params.vk, synth.public_inputs, second)
@@ -124,7 +127,7 @@ def test_point_outside_the_subgroup_is_rejected(proved, tiny_params):
 
 
 def test_synthesis_for_other_parameters_is_refused(tiny_params):
-    synth = groth16.synthesize("porep-c2", "tiny", 1, 0)
+    synth = synthesize("porep-c2", "tiny", 1, 0)
     with pytest.raises(InvalidRequest, match="parameters are for"):
         groth16.prove_start(synth, tiny_params["winning-post"])
 
@@ -132,10 +135,26 @@ def test_synthesis_for_other_parameters_is_refused(tiny_params):
 def test_synthesis_and_pending_proof_pickle(tiny_params):
     import pickle
 
-    synth = groth16.synthesize("winning-post", "tiny", 2, 0)
+    synth = synthesize("winning-post", "tiny", 2, 0)
     synth2 = pickle.loads(pickle.dumps(synth))
     assert synth2.nbytes == synth.nbytes > 0
     params = tiny_params["winning-post"]
     pending = pickle.loads(pickle.dumps(groth16.prove_start(synth2, params)))
     assert pending.nbytes > 0
     assert groth16.verify(params.vk, synth.public_inputs, groth16.prove_finish(pending, params))
+
+
+def test_the_prover_takes_any_constraint_system_and_refuses_an_unsatisfied_one():
+    """groth16 knows no circuit: it takes a sealed constraint system, whoever built it."""
+    def product(claimed: int) -> ConstraintSystem:
+        cs = ConstraintSystem(matrices=False)
+        x, y, z = cs.alloc_input(3), cs.alloc(4), cs.alloc(claimed)
+        cs.enforce({x: 1}, {y: 1}, {z: 1})  # x * y = z
+        cs.seal()
+        return cs
+
+    synth = groth16.Synthesis.from_constraint_system(product(12), "x-times-y", partition=5)
+    assert (synth.circuit_id, synth.partition, synth.public_inputs) == ("x-times-y", 5, [3])
+    assert synth.num_constraints == 3  # the product and the two public input bindings
+    with pytest.raises(UnsatisfiedCircuit, match="constraint 0"):
+        groth16.Synthesis.from_constraint_system(product(13), "x-times-y")

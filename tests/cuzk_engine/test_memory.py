@@ -6,7 +6,23 @@ import threading
 
 import pytest
 
-from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget, format_bytes
+from cuzk_engine.engine.memory import MemoryBudget, format_bytes
+from cuzk_engine.errors import BudgetExceeded
+
+
+def nothing_to_evict(b, asked):
+    """``b``'s evictor frees nothing and records each shortfall it is asked for, and sets the
+    returned event: a reservation that asked goes on to wait for a release without yielding in
+    between, so once the event is seen, it waits."""
+    asking = asyncio.Event()
+
+    def evictor(short):
+        asked.append(short)
+        asking.set()
+        return 0
+
+    b.evictor = evictor
+    return asking
 
 
 def budget(total=1000, **kw):
@@ -26,9 +42,9 @@ async def test_reservation_is_a_context_manager_that_returns_its_bytes_even_on_e
     assert b.used == 0 and b.usage() == (1000, 0)
 
 
-def test_partial_release_after_prove_start_keeps_only_the_pending_proof():
+async def test_partial_release_after_prove_start_keeps_only_the_pending_proof():
     b = budget()
-    r = b.try_reserve(900, "a/b/c and witness")
+    r = await b.reserve(900, "a/b/c and witness")
     r.shrink_to(100)  # prove_start consumed a/b/c; the pending proof stays
     assert (b.used, r.remaining) == (100, 100)
     r.shrink_to(500)  # shrinking never grows a reservation
@@ -44,9 +60,10 @@ def test_partial_release_after_prove_start_keeps_only_the_pending_proof():
 
 async def test_permanent_reservation_holds_until_closed_and_a_release_from_a_thread_wakes_waiters():
     b = budget()
-    params = b.try_reserve(800, "parameters porep-c2.small")  # resident as long as loaded
+    params = await b.reserve(800, "parameters porep-c2.small")  # resident as long as loaded
+    asking = nothing_to_evict(b, [])
     waiter = asyncio.create_task(b.reserve(400, "partition 3"))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(asking.wait(), 2)
     assert not waiter.done() and b.used == 800
     # device and finalizer threads release; the waiter lives on the event loop
     threading.Thread(target=params.release, args=(300,)).start()
@@ -59,7 +76,7 @@ async def test_permanent_reservation_holds_until_closed_and_a_release_from_a_thr
 
 async def test_evictor_runs_before_anyone_waits_and_gets_the_shortfall():
     b = budget()
-    idle_params = b.try_reserve(700, "idle parameters")
+    idle_params = await b.reserve(700, "idle parameters")
     asked = []
 
     def evictor(short):
@@ -75,11 +92,11 @@ async def test_evictor_runs_before_anyone_waits_and_gets_the_shortfall():
 
 async def test_when_nothing_is_evictable_the_request_waits_for_a_release():
     b = budget()
-    busy = b.try_reserve(900, "in-use parameters")
+    busy = await b.reserve(900, "in-use parameters")
     calls = []
-    b.evictor = lambda short: calls.append(short) or 0
+    asking = nothing_to_evict(b, calls)
     waiter = asyncio.create_task(b.reserve(200, "partition"))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(asking.wait(), 2)
     assert not waiter.done() and calls == [100]
     busy.close()
     assert (await asyncio.wait_for(waiter, 2)).remaining == 200
@@ -94,18 +111,13 @@ async def test_a_request_larger_than_the_whole_budget_fails_at_once_with_the_siz
     assert "porep-c2.large partition 0 needs 4.00 GiB" in msg
     assert "whole memory budget is 3.00 GiB" in msg and "memory.total_budget" in msg
     with pytest.raises(BudgetExceeded):
-        b.try_reserve(3 * 1024**3 + 1, "x")
+        await b.reserve(3 * 1024**3 + 1, "x")
     assert b.used == 0
 
 
-def test_try_reserve_refuses_without_waiting_and_bad_sizes_are_errors():
-    b = budget()
-    first = b.try_reserve(600, "a")
-    assert b.try_reserve(500, "b") is None
-    assert b.try_reserve(400, "c") is not None and b.used == 1000
-    first.close()
+async def test_bad_sizes_are_errors():
     with pytest.raises(ValueError, match="negative"):
-        b.try_reserve(-1, "d")
+        await budget().reserve(-1, "d")
     with pytest.raises(ValueError, match="positive"):
         MemoryBudget(0)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from py_arkworks_bls12381 import G1Point, Scalar
 
+from cuzk_engine.errors import CompilerUnavailable
 from cuzk_engine.native import gpu_host
 from cuzk_engine.native.gpu_driver import BASE_MODULUS as P
 from cuzk_engine.native.gpu_driver import jacobian_to_g1
@@ -19,7 +20,7 @@ COUNT = 64
 def kernels():
     try:
         return gpu_host.load()
-    except gpu_host.CompilerUnavailable as exc:
+    except CompilerUnavailable as exc:
         pytest.skip(str(exc))
 
 

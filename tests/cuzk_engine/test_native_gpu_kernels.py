@@ -9,6 +9,7 @@ import pytest
 from py_arkworks_bls12381 import G1Point, Scalar
 
 from cuzk_engine.backend.cpu import CpuBackend
+from cuzk_engine.errors import CompilerUnavailable
 from cuzk_engine.field import MODULUS
 from cuzk_engine.native import gpu_driver, gpu_host
 
@@ -19,7 +20,7 @@ R_MINUS_1 = MODULUS - 1
 def kernels():
     try:
         return gpu_driver.PoisoningRunner(gpu_host.load())
-    except gpu_host.CompilerUnavailable as exc:
+    except CompilerUnavailable as exc:
         pytest.skip(str(exc))
 
 

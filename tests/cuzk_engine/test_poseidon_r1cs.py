@@ -2,13 +2,15 @@ import random
 
 import pytest
 
-from cuzk_engine import circuits, groth16
+from cuzk_engine import circuits
+from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, UnsatisfiedCircuit
 from cuzk_engine.field import MODULUS
 from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
 from cuzk_engine.gadgets.merkle import SparseMerkleTree
 from cuzk_engine.gadgets.poseidon import hash2, hash2_gadget, permute, permute_gadget
 from cuzk_engine.r1cs import ConstraintSystem
+from cuzk_engine.vocabulary import KINDS, PROFILES
 
 
 def test_poseidon_matches_published_test_vector():
@@ -69,7 +71,7 @@ def test_sparse_merkle_paths():
         assert node == tree.root
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_tiny_circuits_match_their_advertised_size(kind):
     cs = circuits.build(kind, "tiny", 5, circuits.partition_count(kind, "tiny") - 1)
     cs.check_satisfied()
@@ -84,9 +86,9 @@ def test_small_profile_size_is_exact():
 
 
 def test_synthesis_is_deterministic_and_seed_dependent():
-    a = groth16.synthesize("porep-c2", "tiny", 3, 2)
-    b = groth16.synthesize("porep-c2", "tiny", 3, 2)
-    c = groth16.synthesize("porep-c2", "tiny", 4, 2)
+    a = synthesize("porep-c2", "tiny", 3, 2)
+    b = synthesize("porep-c2", "tiny", 3, 2)
+    c = synthesize("porep-c2", "tiny", 4, 2)
     assert a.public_inputs == b.public_inputs and (a.witness == b.witness).all()
     assert a.public_inputs != c.public_inputs
 
@@ -96,7 +98,7 @@ def test_unsatisfied_witness_is_caught_before_proving(monkeypatch):
     monkeypatch.setattr(SparseMerkleTree, "siblings",
                         lambda self, index: [s + 1 for s in real(self, index)])
     with pytest.raises(UnsatisfiedCircuit, match="inclusion of leaf"):
-        groth16.synthesize("winning-post", "tiny", 1, 0)
+        synthesize("winning-post", "tiny", 1, 0)
 
 
 @pytest.mark.parametrize("kind,profile,seed,partition", [
@@ -106,17 +108,22 @@ def test_unsatisfied_witness_is_caught_before_proving(monkeypatch):
 ])
 def test_bad_requests_are_rejected(kind, profile, seed, partition):
     with pytest.raises(InvalidRequest):
-        groth16.synthesize(kind, profile, seed, partition)
+        synthesize(kind, profile, seed, partition)
 
 
 def test_contract_constants():
     assert circuits.circuit_id("snap-update", "tiny") == "snap-update.tiny"
-    assert [circuits.partition_count(k, "tiny") for k in circuits.KINDS] == [1, 1, 16, 10]
+    assert [circuits.partition_count(k, "tiny") for k in KINDS] == [1, 1, 16, 10]
     assert circuits.working_set_bytes("porep-c2", "medium") > 3 * 32 * 2**16
     assert circuits.MAX_SEED == 2**64 - 1
 
 
-@pytest.mark.parametrize("kind", circuits.KINDS)
+def test_every_kind_and_profile_of_the_vocabulary_has_a_circuit_and_no_other():
+    assert list(circuits.SHAPES) == list(circuits.PARTITIONS) == list(KINDS)
+    assert all(list(by_profile) == list(PROFILES) for by_profile in circuits.SHAPES.values())
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_values_only_synthesis_matches_the_matrix_build(kind):
     """The prover's fast values-only path must produce the exact rows the setup saw."""
     full = circuits.build(kind, "tiny", 8, 0)

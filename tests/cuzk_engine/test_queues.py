@@ -1,4 +1,4 @@
-"""JobQueue and PartitionQueue: priority order, FIFO, unique keys, oldest pipeline first, depth."""
+"""JobQueue and PartitionQueue: priority order, FIFO, unique keys, oldest pipeline first."""
 
 import pytest
 
@@ -18,58 +18,55 @@ def test_jobs_start_critical_then_high_then_normal_then_low_fifo_within_each():
     order = [("n1", "normal"), ("l1", "low"), ("c1", "critical"), ("h1", "high"),
              ("n2", "normal"), ("c2", "critical"), ("l2", "low"), ("h2", "high")]
     for job, prio in order:
-        q.push(job, "porep-c2", prio)
+        q.push(job, prio)
     assert drain(q) == ["c1", "c2", "h1", "h2", "n1", "n2", "l1", "l2"]
-    assert len(q) == 0 and q.depth_by_kind() == {}
+    assert len(q) == 0
 
 
 def test_queue_position_counts_the_jobs_that_start_first():
     q = JobQueue()
-    assert q.push("a", "porep-c2", "normal") == 0
-    assert q.push("b", "porep-c2", "low") == 1
-    assert q.push("c", "winning-post", "critical") == 0
-    assert q.push("d", "porep-c2", "normal") == 2
+    assert q.push("a", "normal") == 0
+    assert q.push("b", "low") == 1
+    assert q.push("c", "critical") == 0
+    assert q.push("d", "normal") == 2
     assert [q.position(j) for j in "abcd"] == [1, 3, 0, 2]
 
 
 def test_a_queued_job_id_cannot_be_pushed_twice_and_nothing_is_overwritten():
     q = JobQueue()
-    q.push("same", "porep-c2", "normal")
+    q.push("same", "normal")
     with pytest.raises(ValueError, match="already queued"):
-        q.push("same", "snap-update", "critical")
+        q.push("same", "critical")
     assert drain(q) == ["same"]
     # once it left the queue the id may come back (a retried request)
-    q.push("same", "porep-c2", "low")
+    q.push("same", "low")
     assert drain(q) == ["same"]
 
 
 def test_unknown_priority_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="critical, high, normal, low"):
-        JobQueue().push("a", "porep-c2", "urgent")
+        JobQueue().push("a", "urgent")
     assert [priority_rank(p) for p in PRIORITY_RANK] == [0, 1, 2, 3]
 
 
-def test_queue_depth_per_kind_follows_push_pop_and_remove():
+def test_a_removed_job_is_never_popped_and_the_rest_keep_their_order():
     q = JobQueue()
-    for i, kind in enumerate(["porep-c2", "porep-c2", "winning-post", "snap-update"]):
-        q.push(f"j{i}", kind, "normal")
-    assert q.depth_by_kind() == {"porep-c2": 2, "winning-post": 1, "snap-update": 1}
+    for i in range(4):
+        q.push(f"j{i}", "normal")
     assert q.remove("j2") and not q.remove("j2")
     assert q.pop() == "j0"
-    assert q.depth_by_kind() == {"porep-c2": 1, "snap-update": 1}
     assert "j2" not in q and "j1" in q and q.ids() == ["j1", "j3"]
-    assert drain(q) == ["j1", "j3"] and q.depth_by_kind() == {}
+    assert drain(q) == ["j1", "j3"] and len(q) == 0
 
 
-def test_peek_rank_skips_removed_entries():
+def test_a_removed_job_at_the_head_gives_way_to_the_next_in_priority_order():
     q = JobQueue()
-    q.push("c", "winning-post", "critical")
-    q.push("n", "porep-c2", "normal")
-    assert q.peek_rank() == 0
-    q.remove("c")
-    assert q.peek_rank() == 2
-    q.pop()
-    assert q.peek_rank() is None
+    q.push("c", "critical")
+    q.push("n", "normal")
+    q.push("l", "low")
+    assert q.remove("c")
+    assert q.position("n") == 0 and q.position("l") == 1
+    assert drain(q) == ["n", "l"]
 
 
 def test_partitions_equal_keys_never_overwrite():

@@ -5,11 +5,11 @@ import asyncio
 
 import pytest
 
-from cuzk_engine.engine.memory import BudgetExceeded, MemoryBudget
-from cuzk_engine.engine.srs import SrsInUse, SrsManager
+from cuzk_engine.engine.memory import MemoryBudget
+from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import real_stages
 from cuzk_engine.engine.status import DeviceInfo, StatusTracker
-from cuzk_engine.errors import InvalidRequest
+from cuzk_engine.errors import BudgetExceeded, InvalidRequest, SrsInUse
 
 WP, WIN, SNAP, POREP = "window-post.tiny", "winning-post.tiny", "snap-update.tiny", "porep-c2.tiny"
 

@@ -10,12 +10,13 @@ import pytest
 
 from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.status import (
+    _TRANSITIONS,
     DeviceInfo,
     StatusTracker,
-    StatusTransitionError,
     _Worker,
 )
-from cuzk_engine.errors import SnapshotFormatError
+from cuzk_engine.errors import SnapshotFormatError, StatusTransitionError
+from cuzk_engine.vocabulary import PARTITION_PHASES, SETTLED_PHASES, WAITING_PHASES
 
 CPU = [DeviceInfo(0, "cpu", "cpu", "test cpu device")]
 
@@ -235,6 +236,13 @@ def test_seq_increases_with_every_change_and_forbidden_transitions_raise():
         t.synth_end("x", 0)
     with pytest.raises(StatusTransitionError):
         t.job_done("x")
+
+
+def test_the_transition_table_names_every_partition_phase_and_settled_ones_are_final():
+    named = set(_TRANSITIONS).union(*_TRANSITIONS.values())
+    assert named == set(PARTITION_PHASES)
+    assert not set(_TRANSITIONS) & SETTLED_PHASES
+    assert WAITING_PHASES <= set(_TRANSITIONS)
 
 
 def test_memory_reader_is_reported_and_checked():

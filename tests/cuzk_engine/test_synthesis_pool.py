@@ -8,14 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 
 import pytest
 
 from cuzk_engine.engine.pool import OWNER_ENV
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, eventually, free_port, wait_for_http
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
@@ -47,15 +45,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout}s")
-
-
 def start_engine(cache) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
@@ -65,16 +54,12 @@ def start_engine(cache) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
 
-    def answers():
-        if proc.poll() is not None:
-            raise AssertionError(f"engine exited: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/status", timeout=2):
-                return True
-        except (urllib.error.URLError, ConnectionError):
-            return False
+    def died() -> str | None:
+        if proc.poll() is None:
+            return None
+        return f"engine exited: {proc.stderr.read()[-2000:]}"
 
-    wait_for(answers, 60, "the engine did not answer")
+    wait_for_http(url + "/status", 60, died)
     return proc, url
 
 
@@ -96,13 +81,14 @@ def test_kill_9_of_the_engine_takes_its_whole_pool_with_it(tiny_cache):
     finally:
         engine.send_signal(signal.SIGKILL)
         engine.wait(10)
-    wait_for(lambda: not any(alive(pid) for pid in pool), 10,
-             f"pool processes {sorted(p for p in pool if alive(p))} outlived the engine")
+    eventually(lambda: not any(alive(pid) for pid in pool), 10,
+               f"pool processes {sorted(p for p in pool if alive(p))} outlived the engine")
 
 
 def test_a_new_engine_kills_a_pool_left_behind_by_a_dead_one(tiny_cache):
     # A process marked as belonging to an engine that no longer runs (this pid with another
-    # start time: a reused pid), as a pool would be if its watcher never got to run.
+    # start time: a reused pid), as a pool would be if its watcher never got to run. It sleeps
+    # until it is killed, as an idle pool worker would.
     stale = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                              env={**os.environ, OWNER_ENV: f"{os.getpid()}:1"})
     engine, _ = start_engine(tiny_cache)

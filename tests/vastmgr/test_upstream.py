@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from cuzk_engine.daemon.client import EngineError
+from cuzk_engine.errors import EngineError
 from tests.vastmgr import live_engine
 from tests.vastmgr.fake_upstream import SCRIPT, FakeUpstream, healthy
 from tests.vastmgr.live_engine import (

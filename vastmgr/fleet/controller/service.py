@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
+from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs import fragments as proof_fragments

@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from cuzk_engine.daemon.client import EngineClient, EngineError
+from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.errors import EngineError
 from vastmgr.config import ConfigError
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import Machine

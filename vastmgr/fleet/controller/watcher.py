@@ -11,7 +11,8 @@ from typing import Self
 
 import aiohttp
 
-from cuzk_engine.daemon.client import EngineClient, EngineError
+from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.errors import EngineError
 from vastmgr.fleet.faults import FaultRecorder
 
 from .transport import EngineTransport, TransportError

@@ -6,7 +6,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cuzk_engine.config import ConfigError, is_loopback, load_config, parse_listen
+from cuzk_engine.config import is_loopback, load_config, parse_listen
+from cuzk_engine.errors import ConfigError
 from vastmgr.fleet.models import Event, Machine
 
 LOCAL_NAME = "local"

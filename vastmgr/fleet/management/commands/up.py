@@ -28,7 +28,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from cuzk_engine.config import ConfigError, load_config, parse_listen
+from cuzk_engine.config import load_config, parse_listen
+from cuzk_engine.errors import ConfigError
 
 STOP_GRACE_SECONDS = 5.0  # per child once the engine is down (daphne, controller, automation)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
