@@ -14,11 +14,11 @@ from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
+from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.models import Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.watcher import HostLive
 from vastmgr.fleet.models import HostSample, HostStatus, Machine

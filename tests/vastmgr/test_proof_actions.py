@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
-from vastmgr.fleet.controller.fragments import render_proof
+from vastmgr.fleet.fragments import render_proof
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 

@@ -29,7 +29,8 @@ from tests.vastmgr.live_engine import (
 )
 from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
-from vastmgr.fleet.controller import fragments, jobs
+from vastmgr.fleet import fragments
+from vastmgr.fleet.controller import jobs
 from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine

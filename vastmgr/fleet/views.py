@@ -5,7 +5,7 @@ from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from .controller import fragments
+from . import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
 

@@ -15,19 +15,20 @@ from django.db import transaction
 from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
+from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
-from . import fragments, jobs
+from . import jobs
 from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state
 from .publish import LayerPublisher
 from .store import update_rows
 from .transport import TransportError, transport_for
 from .upstream import watcher_for
+from .viewers import ViewerRegistry
 from .watcher import HostLive
-from .watching import WatchRegistry
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class FleetController:
         self.last_sample = 0.0
         self.sampled: set[int] = set()  # hosts with at least one history sample from here
         self.session: aiohttp.ClientSession | None = None
-        self.watching = WatchRegistry(clock)
+        self.viewers = ViewerRegistry(clock)
         self.faults = FaultRecorder("fleet controller tick")
         self.result_faults = FaultRecorder("fleet controller result collection")
         self.connect_slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
@@ -88,7 +89,7 @@ class FleetController:
         self.session = self.session or engine_session()
         loop = asyncio.get_running_loop()
         try:
-            self._spawn(self.publisher.listen(self.watching.note))
+            self._spawn(self.publisher.listen(self.viewers.note))
             while not stop.is_set():
                 # Ticks start at a fixed rate: a slow tick shortens the wait, so an update
                 # waits at most one tick period plus the work of the tick that carries it.
@@ -131,13 +132,13 @@ class FleetController:
         if getattr(self.publisher, "reconnected", False):
             # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
-            self.watching.forget()
+            self.viewers.forget()
             for live in self.hosts.values():
                 live.changed = True
-        fresh = self.watching.take_fresh()
+        fresh = self.viewers.take_fresh()
         changed = self._collect_changes(now)
         fleet = fragments.fleet_group()
-        if self.watching.watched(fleet):
+        if self.viewers.watched(fleet):
             # A new viewer gets every row this controller answers for: its own hosts and the
             # (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
             rows = [m for m in self.machines if self._answers_for(m)] if fleet in fresh \
@@ -147,7 +148,7 @@ class FleetController:
         panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
                   and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
-                      and self.watching.watched(fragments.host_group(machine_id)))}
+                      and self.viewers.watched(fragments.host_group(machine_id)))}
         for machine_id in changed:
             self.statuses[machine_id] = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
@@ -156,7 +157,7 @@ class FleetController:
             statuses = {**self.others, **self.statuses}
             messages = await database_sync_to_async(self._render)(rows, panels, statuses, now)
             if not await self.publisher.send(messages):
-                self.watching.fresh |= fresh
+                self.viewers.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].changed = True
@@ -577,7 +578,7 @@ class FleetController:
             samples.append(_sample(live, now))
             self.sampled.add(live.machine_id)
         watched = [machine_id for machine_id in self.hosts
-                   if self.watching.watched(fragments.host_group(machine_id))]
+                   if self.viewers.watched(fragments.host_group(machine_id))]
         messages = await database_sync_to_async(_store_history)(
             samples, now, self.history_keep, watched)
         await self.publisher.send(messages)

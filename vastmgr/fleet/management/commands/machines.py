@@ -17,8 +17,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.fleet.controller.fragments import load_hosts
 from vastmgr.fleet.controller.jobs import IN_FLIGHT
+from vastmgr.fleet.fragments import load_hosts
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
 from vastmgr.proofs.models import ProofJob, pipeline_phase
 
-from .liveness import LIVE, OFFLINE, connection_state
+from .controller.liveness import LIVE, OFFLINE, connection_state
 
 PHASES = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed",
           "cancelled")
