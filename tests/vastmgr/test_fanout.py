@@ -101,7 +101,7 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
             assert (await ws.connect())[0]
             sockets.append(ws)
             readers.append(asyncio.create_task(read_into(ws, record)))
-        await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].connected
+        await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].live.connected
                                      for m in machines))
         # Past the window in which a just-started controller renders every page: from here
         # on, pages are rendered only for the viewers that announced themselves.

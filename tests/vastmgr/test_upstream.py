@@ -374,11 +374,11 @@ async def test_an_upstream_daemon_added_by_command_goes_live_and_its_lies_come_a
 
             # It was watched, never worked: a queued proof is not dispatched to it, and one
             # pinned to it fails with the reason.
-            assert all(h.machine_id != machine.pk for h in controller.live_hosts())
+            assert all(h.machine_id != machine.pk for h in controller.dispatcher.live_hosts())
             anywhere = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=1)
             pinned = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=2,
                                                     machine=machine)
-            await controller.dispatch()
+            await controller.dispatcher.dispatch()
             anywhere, pinned = [await ProofJob.objects.aget(pk=j.pk) for j in (anywhere, pinned)]
             assert anywhere.status == "queued" and anywhere.machine_id is None
             assert pinned.status == "failed" and "upstream cuzk daemon" in pinned.error
@@ -396,10 +396,10 @@ async def test_an_upstream_daemon_that_goes_away_shows_offline_with_the_reason(m
         engine_flavour=UPSTREAM, state="running")
     async with running_controller() as controller:
         await wait_until(lambda: controller.hosts.get(machine.pk)
-                         and controller.hosts[machine.pk].connected)
+                         and controller.hosts[machine.pk].live.connected)
         fake.__exit__()  # the daemon stops: its port refuses connections
-        await wait_until(lambda: not controller.hosts[machine.pk].connected)
-        assert "GET /status" in controller.hosts[machine.pk].error
+        await wait_until(lambda: not controller.hosts[machine.pk].live.connected)
+        assert "GET /status" in controller.hosts[machine.pk].live.error
         await wait_until(lambda: HostStatus.objects.filter(machine=machine, connected=False)
                          .aexists())
 
@@ -426,8 +426,8 @@ async def test_a_remote_upstream_daemon_is_watched_through_the_ssh_tunnel(tmp_pa
                 machine = await Machine.objects.aget(name="curio-remote")
                 assert machine.provider == "ssh" and machine.state == "running"
                 live = await wait_until(lambda: controller.hosts.get(machine.pk) and
-                                        controller.hosts[machine.pk].connected and
-                                        controller.hosts[machine.pk], timeout=30)
+                                        controller.hosts[machine.pk].live.connected and
+                                        controller.hosts[machine.pk].live, timeout=30)
                 assert live.snapshot["flavour"] == "cuzk-upstream"
                 assert [p["job_id"] for p in live.snapshot["pipelines"]] == [
                     "porep-1000-42-task7", "snap-1000-7"]
