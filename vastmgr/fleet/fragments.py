@@ -22,9 +22,6 @@ from vastmgr.proofs.models import ProofJob, pipeline_phase
 
 from .controller.liveness import LIVE, OFFLINE, connection_state
 
-PHASES = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done", "failed",
-          "cancelled")
-CHART_WINDOW = timedelta(hours=1)
 RECENT_PROOFS = 10
 
 

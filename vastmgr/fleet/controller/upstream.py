@@ -26,7 +26,7 @@ from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import Machine
 
 from .liveness import STALE_AFTER_INTERVALS
-from .transport import EngineTransport, TransportError
+from .transport import EngineEndpoint, EngineTransport
 from .watcher import HostLive, HostWatcher, RampSlot
 
 log = logging.getLogger(__name__)
@@ -178,32 +178,20 @@ class UpstreamWatcher(HostWatcher):
 
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
-                 interval: float, on_update: Callable[[], None] = lambda: None,
-                 detector: LieDetector | None = None, *,
-                 connect_slots: asyncio.Semaphore | None = None):
-        super().__init__(live, transport, session, clock, interval, on_update,
-                         connect_slots=connect_slots)
-        self.detector = detector or LieDetector()
+                 interval: float, *, connect_slots: asyncio.Semaphore | None = None):
+        super().__init__(live, transport, session, clock, interval, connect_slots=connect_slots)
+        self.detector = LieDetector()
         self.polls = 0
 
-    async def _watch_once(self, backoff: float, seen: float | None) -> float:
+    async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:
         """Poll GET /status until it fails: upstream has no stream."""
-        async with RampSlot(self.connect_slots) as slot:
-            try:
-                endpoint = await self.transport.connect()
-            except TransportError as exc:
-                slot.release()
-                return await self._down(str(exc), backoff, seen)
+        slot.release()
         # Upstream has no auth; a token, if the operator gave one, is sent and ignored.
         client = EngineClient(endpoint.base_url, token=endpoint.token,
                               timeout=max(self.interval, 3.0), session=self.session)
-        try:
-            while True:
-                self.take(await client.status())
-                await asyncio.sleep(self.interval)
-        except EngineError as exc:
-            await self.transport.close()
-            return await self._down(str(exc), backoff, seen)
+        while True:
+            self.take(await client.status())
+            await asyncio.sleep(self.interval)
 
     def take(self, raw) -> None:
         """Map one upstream answer, flag its lies, and hand it to the controller."""
@@ -214,7 +202,6 @@ class UpstreamWatcher(HostWatcher):
         snapshot["lie_tally"] = self.detector.tally_rows()
         snapshot["poll_interval"] = self.interval
         self.live.accept(snapshot, "poll", now)
-        self.on_update()
 
 
 def watcher_for(machine, live: HostLive, transport: EngineTransport,

@@ -14,7 +14,7 @@ import aiohttp
 from cuzk_engine.daemon.client import EngineClient, EngineError
 from vastmgr.fleet.faults import FaultRecorder
 
-from .transport import EngineTransport, TransportError
+from .transport import EngineEndpoint, EngineTransport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,12 @@ class RampSlot:
 class HostWatcher:
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
-                 interval: float, on_update: Callable[[], None] = lambda: None, *,
-                 connect_slots: asyncio.Semaphore | None = None):
+                 interval: float, *, connect_slots: asyncio.Semaphore | None = None):
         self.live = live
         self.transport = transport
         self.session = session
         self.clock = clock
         self.interval = interval
-        self.on_update = on_update
         self.faults = FaultRecorder("engine watcher")
         self.connect_slots = connect_slots
 
@@ -122,37 +120,42 @@ class HostWatcher:
             await self.transport.close()
 
     async def _watch_once(self, backoff: float, seen: float | None) -> float:
-        """One connection: the stream while it works, then polling; returns the next backoff.
-        `seen` is the host's last_seen before this connection, to tell whether it worked."""
+        """One connection, followed until it fails; returns the next backoff. `seen` is the
+        host's last_seen before this connection, to tell whether it worked."""
         async with RampSlot(self.connect_slots) as slot:
             try:
                 endpoint = await self.transport.connect()
+                await self._follow(endpoint, slot)
             except TransportError as exc:
                 slot.release()
                 return await self._down(str(exc), backoff, seen)
-            client = EngineClient(endpoint.base_url, token=endpoint.token,
-                                  timeout=REQUEST_INTERVALS * max(self.interval, 1.0),
-                                  session=self.session)
-            self.live.client = client
-            try:
-                await self._stream(client, slot)
             except EngineError as exc:
-                # Only the stream may be broken (a proxy dropping websockets): polling
-                # decides whether the engine itself is down.
-                log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+                # Unreachable, or refusing us (a wrong token): either way no live data.
+                slot.release()
+                await self.transport.close()
+                return await self._down(str(exc), backoff, seen)
+        return self.interval
+
+    async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:
+        """The stream while it works, then a few polls; the slot is released once the first
+        snapshot is in. Raises EngineError when the engine is unreachable or refuses us."""
+        client = EngineClient(endpoint.base_url, token=endpoint.token,
+                              timeout=REQUEST_INTERVALS * max(self.interval, 1.0),
+                              session=self.session)
+        self.live.client = client
         try:
-            await self._poll(client)
-            return self.interval
+            await self._stream(client, slot)
         except EngineError as exc:
-            # Unreachable, or refusing us (a wrong token): either way no live data.
-            await self.transport.close()
-            return await self._down(str(exc), backoff, seen)
+            # Only the stream may be broken (a proxy dropping websockets): polling decides
+            # whether the engine itself is down.
+            log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+        slot.release()
+        await self._poll(client)
 
     async def _down(self, reason: str, backoff: float, seen_before: float | None) -> float:
         if self.live.last_seen != seen_before:
             backoff = self.interval  # this connection worked: start the backoff over
         self.live.lost(reason, self.clock())
-        self.on_update()
         await asyncio.sleep(backoff)
         return min(backoff * 2, MAX_BACKOFF)
 
@@ -166,11 +169,9 @@ class HostWatcher:
                 self.live.accept(await client.status(), "stream", self.clock())
             else:
                 self.live.accept(snapshot, "stream", self.clock())
-            self.on_update()
 
     async def _poll(self, client: EngineClient) -> None:
         for _ in range(POLLS_BEFORE_STREAM_RETRY):
             self.live.accept(await client.status(), "poll", self.clock())
-            self.on_update()
             await asyncio.sleep(self.interval)
 
