@@ -1,7 +1,6 @@
 """The fleet controller against a real engine on loopback: live → stale → offline, with the
 controller's clock in the test's hands, and the rendered fragments it pushes."""
 
-import asyncio
 
 import aiohttp
 import pytest
@@ -129,7 +128,6 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
     finally:
         await controller.shutdown()
         await ws.disconnect()
-        await asyncio.sleep(0)
 
 
 async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the_reason():
