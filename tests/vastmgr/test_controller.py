@@ -2,6 +2,8 @@
 controller's clock in the test's hands, and the rendered fragments it pushes."""
 
 
+from dataclasses import replace
+
 import aiohttp
 import pytest
 from aiohttp import web
@@ -119,7 +121,7 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         controller.hosts[machine.pk].watcher.cancel()  # from here on, only the test feeds snapshots
         for seq in range(5):  # five snapshots land between two ticks
             live = controller.hosts[machine.pk].live
-            live.accept({**live.snapshot, "seq": 10_000 + seq}, "stream", controller.clock())
+            live.accept(replace(live.snapshot, seq=10_000 + seq), "stream", controller.clock())
         await controller.tick()
         assert f'id="host-{machine.pk}-row"' in await ws.receive_from(timeout=5)
         assert await ws.receive_nothing(timeout=0.3)
@@ -185,3 +187,40 @@ async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
                 assert machine.pk not in value, name
     finally:
         await controller.shutdown()
+
+
+async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_with_the_reason():
+    async def malformed(request):
+        return web.json_response({"seq": 1, "pipelines": "not a list"})
+
+    async def stream(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"seq": 1, "pipelines": "not a list"})
+        await ws.receive()  # held open: the controller has to drop it
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/status", malformed)
+    app.router.add_get("/v1/status/stream", stream)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="garbled", provider="local", host="127.0.0.1", engine_port=runner.addresses[0][1])
+    controller = FleetController(publisher=LayerPublisher(), interval=0.5)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        # Not a crash: the host is down, the reason names the part that is wrong, and the
+        # watcher keeps trying.
+        await wait_until(lambda: "malformed snapshot" in controller.hosts[machine.pk].live.error)
+        assert "pipelines" in controller.hosts[machine.pk].live.error
+        assert not controller.hosts[machine.pk].watcher.done()
+        await controller.tick()
+        status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
+        assert not status.connected and "malformed snapshot" in status.error
+    finally:
+        await controller.shutdown()
+        await runner.cleanup()

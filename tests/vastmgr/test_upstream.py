@@ -4,6 +4,7 @@ The daemon is the fake in fake_upstream.py (its status server, replaying snapsho
 the upstream schema); our own engine is a real one on loopback.
 """
 
+import asyncio
 import json
 import re
 import socket
@@ -17,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from cuzk_engine.daemon.client import EngineError
+from cuzk_engine.daemon.client import EngineClient, EngineError
 from tests.vastmgr import live_engine
 from tests.vastmgr.fake_upstream import SCRIPT, FakeUpstream, healthy
 from tests.vastmgr.live_engine import (
@@ -122,22 +123,24 @@ def test_anything_missing_or_malformed_is_left_out_not_zeroed():
         map_snapshot([{"uptime_secs": 1}], 3)
 
 
-def test_our_engine_never_shows_a_lie(engine):
-    """Snapshots of a real engine proving real jobs (every kind, overlapping) pass the detector."""
-    for seed, kind in enumerate(("porep-c2", "snap-update", "winning-post", "window-post")):
-        engine.submit(kind=kind, profile="tiny", seed=seed)
+async def test_our_engine_never_shows_a_lie(engine):
+    """Every snapshot of a real engine proving real jobs (every kind, overlapping) passes the
+    detector: the engine's status stream hands over each change as it happens."""
     detector = LieDetector(growth_span=1.0)
-    phases, deadline = set(), time.monotonic() + 240
-    while time.monotonic() < deadline:
-        snapshot = engine.status()
-        assert detector.check(snapshot, time.monotonic()) == [], snapshot
-        states = [p["status"] for p in snapshot["pipelines"]]
-        phases |= {pt["state"] for p in snapshot["pipelines"] for pt in p["partitions"]}
-        if len(states) == 4 and all(s == "done" for s in states):
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the engine did not finish four tiny proofs in time")
+    phases = set()
+    async with EngineClient(engine.url) as client:
+        stream = client.stream_snapshots()
+        await anext(stream)  # the stream is open: nothing of the jobs below can be missed
+        for seed, kind in enumerate(("porep-c2", "snap-update", "winning-post", "window-post")):
+            await client.submit(kind=kind, profile="tiny", seed=seed)
+        async with asyncio.timeout(240):
+            async for typed in stream:
+                snapshot = typed.to_json()
+                assert detector.check(snapshot, time.monotonic()) == [], snapshot
+                phases |= {pt.state for p in typed.pipelines for pt in p.partitions}
+                if len(typed.pipelines) == 4 and all(p.status == "done" for p in typed.pipelines):
+                    break
+        await stream.aclose()
     assert {"synthesizing", "gpu", "done"} <= phases  # the snapshots really showed work in flight
     # Finished jobs stay listed for the engine's retention, then leave: never flagged as stuck.
     assert detector.check(engine.status(), time.monotonic() + 5) == []

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from channels.db import database_sync_to_async
 
-from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
+from cuzk_engine.daemon.client import EngineAPIError, EngineClient, EngineUnreachable
+from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.errors import SnapshotFormatError
 from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.proofs.models import ProofJob
@@ -110,17 +112,17 @@ class Dispatcher:
 
     def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> HostLive | None:
         # A draining engine refuses new jobs: leave it out until its replacement is live.
-        candidates = [h for h in self.live_hosts() if (h.snapshot or {}).get("accepting", True)]
+        candidates = [h for h in self.live_hosts()
+                      if isinstance(h.snapshot, EngineSnapshot) and h.snapshot.accepting]
         if job.machine_id is not None:
             candidates = [h for h in candidates if h.machine_id == job.machine_id]
         if not candidates:
             return None
 
-        def load(host: HostLive) -> tuple:
-            snapshot = host.snapshot or {}
-            busy = sum(1 for p in snapshot.get("pipelines") or []
-                       if p.get("status") in ("queued", "running"))
-            queue = (snapshot.get("counters") or {}).get("queue_depth", 0)
+        def load(host: HostLive) -> tuple[int, int]:
+            snapshot = cast(EngineSnapshot, host.snapshot)
+            busy = sum(1 for p in snapshot.pipelines if p.status in ("queued", "running"))
+            queue = snapshot.counters.queue_depth
             return (busy + queue + planned.get(host.machine_id, 0), host.machine_id)
 
         return min(candidates, key=load)
@@ -169,7 +171,8 @@ class Dispatcher:
         finally:
             self.waiters.pop(job_id, None)
 
-    async def _conclude(self, job_id: str, machine_id: int, client, record: dict | None) -> None:
+    async def _conclude(self, job_id: str, machine_id: int, client: EngineClient,
+                        record: dict | None) -> None:
         if record is None:
             # The engine answers but no longer knows the job: it restarted and lost it.
             job = await database_sync_to_async(jobs.requeue)(
@@ -180,15 +183,16 @@ class Dispatcher:
                 job_id, machine_id, record, pipeline)
         await self.publish_job(job)
 
-    async def _final_pipeline(self, client, record: dict, job_id: str) -> dict | None:
+    async def _final_pipeline(self, client: EngineClient, record: dict,
+                              job_id: str) -> dict | None:
         """The job's last partition timings, from /status while the engine still retains it."""
         try:
-            snapshot = await client.status()
-        except (EngineUnreachable, EngineAPIError):
+            snapshot = await client.snapshot()
+        except (EngineUnreachable, EngineAPIError, SnapshotFormatError):
             return None
-        for pipeline in snapshot.get("pipelines") or []:
-            if pipeline.get("request_id") == job_id or pipeline.get("job_id") == record.get("job_id"):
-                return pipeline
+        for index, pipeline in enumerate(snapshot.pipelines):
+            if pipeline.request_id == job_id or pipeline.job_id == record.get("job_id"):
+                return snapshot.to_json()["pipelines"][index]
         return None
 
     @database_sync_to_async

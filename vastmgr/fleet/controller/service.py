@@ -19,6 +19,7 @@ from cuzk_engine.daemon.client import EngineAPIError, EngineUnreachable
 from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
+from vastmgr.fleet.partial_snapshot import PartialSnapshot, idle_with_work_waiting
 from vastmgr.proofs.models import ProofJob
 
 from . import jobs
@@ -211,14 +212,14 @@ class FleetController:
         machine = self.machines[machine_id]
         if live.last_seen is not None:
             machine.last_seen = jobs.seen_at(live.last_seen)
-        if live.connected and fragments.idle_with_work_waiting(live.snapshot):
+        if live.connected and idle_with_work_waiting(live.snapshot_json()):
             if host.idle_since is None:
                 host.idle_since = now
         else:
             host.idle_since = None
         since = host.idle_since
         return HostStatus(machine=machine, connected=live.connected, via=live.via,
-                          interval=self.interval, seq=live.seq, snapshot=live.snapshot,
+                          interval=self.interval, seq=live.seq, snapshot=live.snapshot_json(),
                           error=live.error, updated=jobs.seen_at(now),
                           snapshot_at=live.snapshot_at and jobs.seen_at(live.snapshot_at),
                           idle_waiting_since=since and jobs.seen_at(since))
@@ -254,7 +255,7 @@ class FleetController:
                     status.pk = existing[status.machine_id]
                 else:
                     status.save()
-                pipelines = (status.snapshot or {}).get("pipelines") or []
+                pipelines = status.snapshot.get("pipelines", []) if status.snapshot else []
                 if status.connected and pipelines:
                     for job in jobs.record_progress(status.machine_id, pipelines):
                         proof_jobs[str(job.pk)] = job
@@ -365,9 +366,10 @@ class FleetController:
     async def record_history(self, now: float) -> None:
         samples = []
         for host in self.hosts.values():
-            if not host.live.connected or not host.live.snapshot:
+            snapshot = host.live.snapshot_json()
+            if not host.live.connected or not snapshot:
                 continue
-            samples.append(_sample(host.live, now))
+            samples.append(_sample(host.live, snapshot, now))
             host.sampled = True
         watched = [machine_id for machine_id in self.hosts
                    if self.viewers.watched(fragments.host_group(machine_id))]
@@ -376,20 +378,21 @@ class FleetController:
         await self.publisher.send(messages)
 
 
-def _sample(live: HostLive, now: float) -> HostSample:
-    snapshot = live.snapshot
-    workers = snapshot.get("gpu_workers") or []
+def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample:
+    """One history point from the host's snapshot; a figure the daemon does not report (an
+    upstream one may not) is sampled as 0."""
+    workers = snapshot.get("gpu_workers", [])
     by_device: dict[str, list[int]] = {}
     for worker in workers:
         counts = by_device.setdefault(str(worker.get("gpu_ordinal")), [0, 0])
         counts[0] += worker.get("state") == "proving"
         counts[1] += 1
-    counters = snapshot.get("counters") or {}
-    memory = snapshot.get("memory") or {}
+    counters = snapshot.get("counters", {})
+    memory = snapshot.get("memory", {})
     busy = sum(c[0] for c in by_device.values())
     # Device seconds up to `now`: a worker still proving has worked on since the snapshot.
     since_snapshot = max(now - (live.snapshot_at or now), 0.0)
-    busy_seconds = sum((w.get("busy_total_secs") or 0.0)
+    busy_seconds = sum(w.get("busy_total_secs", 0.0)
                        + (since_snapshot if w.get("state") == "proving" else 0.0)
                        for w in workers)
     return HostSample(

@@ -4,9 +4,10 @@ The upstream daemon serves `GET /status` on `daemon.status_listen` (hand-rolled 
 `Connection: close`, no auth, no stream, no seq; schema in cuzk-notes §4.2). Its proving API is
 gRPC, which vastmgr does not speak: upstream machines are watched, never given work.
 
-`map_snapshot` turns an upstream snapshot into the shape our panels render. It trusts nothing:
-any field may be absent, null or of the wrong type, and then it is left out of the mapped
-snapshot, so the panel says "not reported" instead of showing a zero that was never measured.
+`map_snapshot` turns an upstream snapshot into a `PartialSnapshot`, the shape our panels render.
+It trusts nothing: any field may be absent, null or of the wrong type, and then it is left out of
+the mapped snapshot, so the panel says "not reported" instead of showing a zero that was never
+measured.
 `UpstreamWatcher` polls, maps, runs the lie detector and hands the result to the controller
 exactly as `HostWatcher` does for our engine; `watcher_for` picks the watcher by flavour.
 """
@@ -17,13 +18,16 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from typing import Any, cast
 
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient, EngineError
+from cuzk_engine.vocabulary import PARTITION_PHASES, WORKER_STATES
 from vastmgr.config import ConfigError
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import Machine
+from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
 from .liveness import STALE_AFTER_INTERVALS
 from .transport import EngineEndpoint, EngineTransport
@@ -35,8 +39,9 @@ FLAVOUR = Machine.Flavour.CUZK_UPSTREAM.value
 DEFAULT_INTERVAL = 1.5  # what the seeds' vast-manager polled at
 INTERVAL_VARIABLE = "VASTMGR_UPSTREAM_INTERVAL"
 
-PARTITION_STATES = ("pending", "synthesizing", "synth_done", "gpu", "done", "failed")
-WORKER_STATES = ("idle", "proving")
+# Upstream has no finalizing phase (a partition reads `gpu` until its finalizer is done) and no
+# cancel: a state outside these is not one upstream reports.
+PARTITION_STATES = tuple(p for p in PARTITION_PHASES if p not in ("finalizing", "cancelled"))
 BUFFERS = ("synth_in_flight", "provers_in_flight", "aux_in_flight", "shells_in_flight",
            "pending_handles")
 
@@ -133,7 +138,7 @@ def _allocation(raw: dict) -> dict:
                        "evictable": _flag})
 
 
-def map_snapshot(raw, poll: int) -> dict:
+def map_snapshot(raw, poll: int) -> PartialSnapshot:
     """An upstream `/status` body in our snapshot's shape, with only what it reported.
 
     `poll` numbers the snapshots (upstream has no seq); `flavour` tells the templates which
@@ -141,7 +146,7 @@ def map_snapshot(raw, poll: int) -> dict:
     not jump between polls."""
     if not isinstance(raw, dict):
         raise EngineError(f"GET /status: the answer is not a JSON object: {str(raw)[:80]!r}")
-    snapshot: dict = {"flavour": FLAVOUR, "seq": poll}
+    snapshot: dict[str, Any] = {"flavour": FLAVOUR, "seq": poll}
     if (uptime := _number(raw.get("uptime_secs"))) is not None:
         snapshot["uptime_secs"] = uptime
     for key, fields in (
@@ -165,7 +170,7 @@ def map_snapshot(raw, poll: int) -> dict:
         snapshot["allocations"] = {
             kind: allocations for kind in ("srs", "pce")
             if (allocations := _list(raw["allocations"], kind, _allocation)) is not None}
-    return snapshot
+    return cast(PartialSnapshot, snapshot)
 
 
 # ---- the watcher --------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """One task per machine keeping the freshest engine snapshot: the status stream when it works,
-polling GET /status when it does not, and an honest `connected` flag either way."""
+polling GET /status when it does not, and an honest `connected` flag either way. A snapshot
+that does not have the snapshot's shape takes the host down with that reason, like an
+engine that does not answer."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from typing import Self
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient, EngineError
+from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.errors import SnapshotFormatError
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
 from .transport import EngineEndpoint, EngineTransport, TransportError
 
@@ -31,10 +36,11 @@ REQUEST_INTERVALS = 2.0
 
 @dataclass
 class HostLive:
-    """What the controller knows about one engine, updated by its watcher."""
+    """What the controller knows about one engine, updated by its watcher. `snapshot` is our
+    engine's (typed, complete) or an upstream daemon's (partial, already JSON)."""
 
     machine_id: int
-    snapshot: dict | None = None
+    snapshot: EngineSnapshot | PartialSnapshot | None = None
     seq: int | None = None
     last_seen: float | None = None
     snapshot_at: float | None = None  # when the kept snapshot arrived (its times are relative)
@@ -44,8 +50,10 @@ class HostLive:
     error: str = ""
     changed: bool = True
     client: EngineClient | None = field(default=None, repr=False)
+    # The snapshot as JSON, and the snapshot it was made from.
+    _json: tuple[object, PartialSnapshot | None] = field(default=(None, None), repr=False)
 
-    def accept(self, snapshot: dict, via: str, now: float) -> None:
+    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float) -> None:
         self.last_seen = now
         self.via = via
         self.error = ""
@@ -53,11 +61,21 @@ class HostLive:
             self.connected = True
             self.down_since = None
             self.changed = True
-        if snapshot.get("seq") != self.seq or self.snapshot is None:
+        seq = snapshot.seq if isinstance(snapshot, EngineSnapshot) else snapshot.get("seq")
+        if seq != self.seq or self.snapshot is None:
             self.snapshot = snapshot
             self.snapshot_at = now
-            self.seq = snapshot.get("seq")
+            self.seq = seq
             self.changed = True
+
+    def snapshot_json(self) -> PartialSnapshot | None:
+        """The kept snapshot as stored and rendered (converted once per snapshot)."""
+        source, converted = self._json
+        if source is not self.snapshot:
+            converted = (self.snapshot.to_json() if isinstance(self.snapshot, EngineSnapshot)
+                         else self.snapshot)
+            self._json = (self.snapshot, converted)
+        return converted
 
     def lost(self, error: str, now: float) -> None:
         if self.connected or self.error != error:
@@ -129,11 +147,14 @@ class HostWatcher:
             except TransportError as exc:
                 slot.release()
                 return await self._down(str(exc), backoff, seen)
-            except EngineError as exc:
-                # Unreachable, or refusing us (a wrong token): either way no live data.
+            except (EngineError, SnapshotFormatError) as exc:
+                # Unreachable, refusing us (a wrong token), or answering with something that is
+                # not a snapshot: either way no live data.
                 slot.release()
                 await self.transport.close()
-                return await self._down(str(exc), backoff, seen)
+                reason = (f"malformed snapshot: {exc}" if isinstance(exc, SnapshotFormatError)
+                          else str(exc))
+                return await self._down(reason, backoff, seen)
         return self.interval
 
     async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:
@@ -166,12 +187,12 @@ class HostWatcher:
             slot.release()
             if snapshot is None:
                 # A quiet stream is not proof of life: ask directly before trusting it.
-                self.live.accept(await client.status(), "stream", self.clock())
+                self.live.accept(await client.snapshot(), "stream", self.clock())
             else:
                 self.live.accept(snapshot, "stream", self.clock())
 
     async def _poll(self, client: EngineClient) -> None:
         for _ in range(POLLS_BEFORE_STREAM_RETRY):
-            self.live.accept(await client.status(), "poll", self.clock())
+            self.live.accept(await client.snapshot(), "poll", self.clock())
             await asyncio.sleep(self.interval)
 
