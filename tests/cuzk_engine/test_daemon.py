@@ -162,16 +162,16 @@ async def test_stream_sends_full_snapshot_first_then_changes(daemon):
     async with EngineClient(daemon.url) as c:
         stream = c.stream_snapshots()
         first = await anext(stream)
-        assert first["pipelines"] == [] and "gpu_workers" in first
+        assert first.pipelines == [] and first.gpu_workers
         job = await c.submit("winning-post", "tiny", 3, request_id="stream-1")
         states = set()
-        seqs = [first["seq"]]
+        seqs = [first.seq]
         async with asyncio.timeout(60):
             async for snap in stream:
-                seqs.append(snap["seq"])
-                for p in snap["pipelines"]:
-                    states.update(pt["state"] for pt in p["partitions"])
-                if any(p["status"] == "done" for p in snap["pipelines"]):
+                seqs.append(snap.seq)
+                for p in snap.pipelines:
+                    states.update(pt.state for pt in p.partitions)
+                if any(p.status == "done" for p in snap.pipelines):
                     break
         await stream.aclose()
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)

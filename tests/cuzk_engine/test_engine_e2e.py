@@ -48,13 +48,13 @@ async def watch(client, stop, seen):
     """Check every streamed snapshot against the status model while jobs run."""
     async for snap in client.stream_snapshots():
         seen["n"] += 1
-        seen["bad"] += violations_of(snap)
-        for w in snap["gpu_workers"]:
-            if w["state"] == "proving":
+        seen["bad"] += snapshot_violations(snap)
+        for w in snap.gpu_workers:
+            if w.state == "proving":
                 seen["busy"] += 1
-        for p in snap["pipelines"]:
-            for pt in p["partitions"]:
-                seen["states"].add(pt["state"])
+        for p in snap.pipelines:
+            for pt in p.partitions:
+                seen["states"].add(pt.state)
         if stop.is_set():
             return
 

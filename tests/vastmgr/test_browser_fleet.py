@@ -15,7 +15,7 @@ from tests.vastmgr.test_browser import (
     running_stack,
     screenshot,
 )
-from vastmgr.fleet.controller.fragments import render_toast
+from vastmgr.fleet.fragments import render_toast
 
 param_cache, browser = live_engine.param_cache, test_browser.browser
 

@@ -1,7 +1,8 @@
 """The fleet controller against a real engine on loopback: live → stale → offline, with the
 controller's clock in the test's hands, and the rendered fragments it pushes."""
 
-import asyncio
+
+from dataclasses import replace
 
 import aiohttp
 import pytest
@@ -40,7 +41,7 @@ async def test_host_goes_live_then_stale_then_offline(engine):
     controller.session = aiohttp.ClientSession()
     try:
         await controller.sync_machines()
-        await wait_until(lambda: controller.hosts[machine.pk].connected)
+        await wait_until(lambda: controller.hosts[machine.pk].live.connected)
         await controller.tick()
         row = await next_row(ws, machine.pk)
         assert "badge-live" in row and "2 workers" in row
@@ -56,7 +57,7 @@ async def test_host_goes_live_then_stale_then_offline(engine):
 
         # The engine dies: the connection is down, so the host is offline.
         engine.kill()
-        await wait_until(lambda: not controller.hosts[machine.pk].connected)
+        await wait_until(lambda: not controller.hosts[machine.pk].live.connected)
         await controller.tick()
         row = await next_row(ws, machine.pk)
         assert "badge-offline" in row
@@ -65,7 +66,7 @@ async def test_host_goes_live_then_stale_then_offline(engine):
 
         # It comes back on the same port: live again without anyone touching the controller.
         engine.start()
-        await wait_until(lambda: controller.hosts[machine.pk].connected, timeout=30)
+        await wait_until(lambda: controller.hosts[machine.pk].live.connected, timeout=30)
         await controller.tick()
         assert "badge-live" in await next_row(ws, machine.pk)
     finally:
@@ -84,14 +85,14 @@ async def test_an_idle_engine_stays_live_in_pages_rendered_from_the_database(
     controller.session = aiohttp.ClientSession()
     try:
         await controller.sync_machines()
-        await wait_until(lambda: controller.hosts[machine.pk].connected)
+        await wait_until(lambda: controller.hosts[machine.pk].live.connected)
         await controller.tick()
-        seq = controller.hosts[machine.pk].seq
+        seq = controller.hosts[machine.pk].live.seq
         for _ in range(5):  # 5 intervals: well past the 3 after which a silent host is stale
             clock.advance(1.0)
-            await wait_until(lambda: controller.hosts[machine.pk].last_seen == clock.now)
+            await wait_until(lambda: controller.hosts[machine.pk].live.last_seen == clock.now)
             await controller.tick()
-        assert controller.hosts[machine.pk].seq == seq  # nothing changed on the engine
+        assert controller.hosts[machine.pk].live.seq == seq  # nothing changed on the engine
 
         stored = await database_sync_to_async(Machine.objects.get)(pk=machine.pk)
         assert clock.now - stored.last_seen.timestamp() <= 1.5
@@ -116,11 +117,11 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
     controller.session = aiohttp.ClientSession()
     try:
         await controller.sync_machines()
-        await wait_until(lambda: controller.hosts[machine.pk].connected)
-        controller.watchers[machine.pk].cancel()  # from here on, only the test feeds snapshots
+        await wait_until(lambda: controller.hosts[machine.pk].live.connected)
+        controller.hosts[machine.pk].watcher.cancel()  # from here on, only the test feeds snapshots
         for seq in range(5):  # five snapshots land between two ticks
-            controller.hosts[machine.pk].accept({**controller.hosts[machine.pk].snapshot,
-                                                 "seq": 10_000 + seq}, "stream", controller.clock())
+            live = controller.hosts[machine.pk].live
+            live.accept(replace(live.snapshot, seq=10_000 + seq), "stream", controller.clock())
         await controller.tick()
         assert f'id="host-{machine.pk}-row"' in await ws.receive_from(timeout=5)
         assert await ws.receive_nothing(timeout=0.3)
@@ -129,7 +130,6 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
     finally:
         await controller.shutdown()
         await ws.disconnect()
-        await asyncio.sleep(0)
 
 
 async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the_reason():
@@ -151,11 +151,76 @@ async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the
     try:
         await controller.sync_machines()
         # The refusal is an answer, not an outage: the watcher keeps trying and says why.
-        await wait_until(lambda: "wrong bearer token" in controller.hosts[machine.pk].error)
-        assert not controller.watchers[machine.pk].done()
+        await wait_until(lambda: "wrong bearer token" in controller.hosts[machine.pk].live.error)
+        assert not controller.hosts[machine.pk].watcher.done()
         await controller.tick()
         status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
         assert not status.connected and "HTTP 401" in status.error
+    finally:
+        await controller.shutdown()
+        await runner.cleanup()
+
+
+async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
+    """Everything the controller keeps per host goes when the host goes (here: disabled)."""
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
+    controller = FleetController(publisher=LayerPublisher(), interval=1.0)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.tick()
+        await wait_until(lambda: controller.hosts[machine.pk].live.connected)
+        await controller.tick()
+        await controller.record_history(controller.clock())
+        host = controller.hosts[machine.pk]
+        assert host.status is not None and host.pushed_state == "live" and host.sampled
+        watcher = host.watcher
+
+        await database_sync_to_async(Machine.objects.filter(pk=machine.pk).update)(enabled=False)
+        await controller.sync_machines()
+        assert machine.pk not in controller.hosts
+        await wait_until(watcher.done)
+        # Nothing else the controller holds is keyed by (or holds) the host any more; the
+        # greyed row of a disabled machine is the only trace, through `machines`.
+        for name, value in vars(controller).items():
+            if name != "machines" and isinstance(value, dict | set):
+                assert machine.pk not in value, name
+    finally:
+        await controller.shutdown()
+
+
+async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_with_the_reason():
+    async def malformed(request):
+        return web.json_response({"seq": 1, "pipelines": "not a list"})
+
+    async def stream(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"seq": 1, "pipelines": "not a list"})
+        await ws.receive()  # held open: the controller has to drop it
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/status", malformed)
+    app.router.add_get("/v1/status/stream", stream)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="garbled", provider="local", host="127.0.0.1", engine_port=runner.addresses[0][1])
+    controller = FleetController(publisher=LayerPublisher(), interval=0.5)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        # Not a crash: the host is down, the reason names the part that is wrong, and the
+        # watcher keeps trying.
+        await wait_until(lambda: "malformed snapshot" in controller.hosts[machine.pk].live.error)
+        assert "pipelines" in controller.hosts[machine.pk].live.error
+        assert not controller.hosts[machine.pk].watcher.done()
+        await controller.tick()
+        status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
+        assert not status.connected and "malformed snapshot" in status.error
     finally:
         await controller.shutdown()
         await runner.cleanup()

@@ -82,7 +82,7 @@ async def test_engine_killed_mid_job_requeues_and_finishes_after_it_is_back(engi
     machine = await local_machine(engine.port)
     async with running_controller(grace=1.0) as controller:
         await wait_until(lambda: machine.pk in controller.hosts
-                         and controller.hosts[machine.pk].connected)
+                         and controller.hosts[machine.pk].live.connected)
         job = await database_sync_to_async(ProofJob.objects.create)(
             kind="porep-c2", profile="tiny", seed=5, priority="normal")
         await wait_until(lambda: any(p.get("request_id") == str(job.pk) and p["status"] == "running"
@@ -106,7 +106,7 @@ async def test_engine_stopped_gracefully_loses_nothing(engine):
     machine = await local_machine(engine.port)
     async with running_controller() as controller:
         await wait_until(lambda: machine.pk in controller.hosts
-                         and controller.hosts[machine.pk].connected)
+                         and controller.hosts[machine.pk].live.connected)
         proof_jobs = [await database_sync_to_async(ProofJob.objects.create)(
             kind="porep-c2", profile="tiny", seed=seed, priority="normal") for seed in (21, 22, 23)]
         ids = {str(job.pk) for job in proof_jobs}

@@ -14,16 +14,16 @@ from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
+from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.models import Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HOSTS, FLEET_VIEWERS, RATE, LOAD_SECONDS = 5, 2, 10.0, 2.0
+HOSTS, FLEET_VIEWERS, RATE, LOAD_SNAPSHOTS = 5, 2, 10.0, 20
 PANEL_SEQ = re.compile(r'id="host-(\d+)-panel".*?· seq (\d+)', re.DOTALL)
 REDIS_URL = os.environ.get("TEST_REDIS_URL")
 
@@ -79,6 +79,14 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
     clock = ShiftedClock()
     publisher = RecordingPublisher()
     controller = FleetController(publisher=publisher, clock=clock, tick=0.2)
+    ticks = [0]
+    tick = controller.tick
+
+    async def counted_tick():
+        await tick()
+        ticks[0] += 1
+
+    controller.tick = counted_tick
     stop = asyncio.Event()
     running = asyncio.create_task(controller.run(stop))
 
@@ -101,16 +109,18 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
             assert (await ws.connect())[0]
             sockets.append(ws)
             readers.append(asyncio.create_task(read_into(ws, record)))
-        await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].connected
+        await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].live.connected
                                      for m in machines))
         # Past the window in which a just-started controller renders every page: from here
         # on, pages are rendered only for the viewers that announced themselves.
+        # A tick may be under way with the old clock: wait for one that began after the jump.
         clock.offset += RENEW_EVERY + BLIND_SLACK + 1
-        await asyncio.sleep(0.5)
+        done = ticks[0]
+        await wait_until(lambda: ticks[0] >= done + 2)
         publisher.groups.clear()
 
         loadgen.running = True
-        await asyncio.sleep(LOAD_SECONDS)
+        await wait_until(lambda: min(loadgen.seq) >= LOAD_SNAPSHOTS)
         loadgen.running = False
         final = {m.pk: loadgen.seq[index[m.pk]] for m in machines}
         assert all(seq > 0 for seq in final.values())

@@ -10,7 +10,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
+from vastmgr.fleet.controller.hosts import HostState
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.watcher import HostLive
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
@@ -108,13 +109,13 @@ def test_the_idle_gpu_flag_needs_the_condition_to_hold_on_the_controllers_clock(
     clock = [1_000_000.0]
     controller = FleetController(clock=lambda: clock[0])
     controller.machines = {machine.pk: machine}
-    controller.hosts[machine.pk] = HostLive(machine.pk, snapshot=SNAPSHOT, seq=7,
-                                            last_seen=clock[0], snapshot_at=clock[0],
-                                            connected=True)
+    live = HostLive(machine.pk, snapshot=SNAPSHOT, seq=7, last_seen=clock[0],
+                    snapshot_at=clock[0], connected=True)
+    controller.hosts[machine.pk] = HostState(live)
 
     def flagged_after(seconds: float) -> bool:
         clock[0] = 1_000_000.0 + seconds
-        controller.hosts[machine.pk].last_seen = clock[0]
+        live.last_seen = clock[0]
         status = controller._status_row(machine.pk, clock[0])
         (host,) = fragments.host_views([machine], {machine.pk: status}, clock[0])
         html = fragments.render_fleet_row(host) + fragments.render_fleet_totals([host], clock[0])
@@ -125,9 +126,9 @@ def test_the_idle_gpu_flag_needs_the_condition_to_hold_on_the_controllers_clock(
     assert flagged_after(5.5)
     # The condition ends (every worker busy): the flag goes, and a new wait starts from zero.
     busy = {**SNAPSHOT, "gpu_workers": [{**w, "state": "proving"} for w in SNAPSHOT["gpu_workers"]]}
-    controller.hosts[machine.pk].snapshot = busy
+    live.snapshot = busy
     assert not flagged_after(6)
-    controller.hosts[machine.pk].snapshot = SNAPSHOT
+    live.snapshot = SNAPSHOT
     assert not flagged_after(7) and not flagged_after(11.5) and flagged_after(12.5)
 
 
@@ -250,7 +251,7 @@ async def test_a_failed_proof_is_pushed_as_a_toast_to_the_fleet_and_its_host(mac
         kind="porep-c2", seed=1, machine=machine, status="running")
     await database_sync_to_async(job.fail)("partition 3: out of memory")
     publisher = RecordingPublisher()
-    await FleetController(publisher=publisher)._publish_job(job)
+    await FleetController(publisher=publisher).dispatcher.publish_job(job)
     toasts = {group: html for group, html in publisher.sent if 'class="toast' in html}
     assert set(toasts) == {"fleet", f"host.{machine.pk}", f"proof.{job.pk}"}
     assert 'id="toasts" hx-swap-oob="beforeend"' in toasts["fleet"]
@@ -262,9 +263,8 @@ async def test_a_host_going_offline_is_pushed_as_a_toast(machine):
     clock = [time.time()]
     controller = FleetController(publisher=publisher, clock=lambda: clock[0])
     controller.machines = {machine.pk: machine}
-    controller.machine_names = {machine.pk: machine.name}
     live = HostLive(machine.pk, snapshot=SNAPSHOT, seq=7, last_seen=clock[0], connected=True)
-    controller.hosts[machine.pk] = live
+    controller.hosts[machine.pk] = HostState(live)
     controller._collect_changes(clock[0])
     assert controller.notices == []
     live.lost("connection refused", clock[0] + 1)

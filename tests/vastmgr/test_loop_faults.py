@@ -7,7 +7,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from tests.vastmgr.live_engine import running_controller, wait_until
-from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.dispatch import Dispatcher
 from vastmgr.fleet.controller.transport import EngineEndpoint
 from vastmgr.fleet.controller.watcher import HostLive, HostWatcher
 from vastmgr.fleet.models import Event
@@ -37,7 +37,7 @@ def failing_first(monkeypatch, cls, name: str, times: int = 1) -> list[int]:
 
 
 async def test_the_controller_loop_survives_a_failing_tick(monkeypatch):
-    calls = failing_first(monkeypatch, FleetController, "dispatch", times=3)
+    calls = failing_first(monkeypatch, Dispatcher, "dispatch", times=3)
     async with running_controller():
         await wait_until(lambda: calls[0] >= 5, timeout=30)
     # Three identical failures within a minute: logged each time, one Event.

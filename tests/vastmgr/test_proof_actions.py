@@ -158,7 +158,7 @@ async def test_cancelling_a_running_proof_stops_it_on_the_engine(engine):
         name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
     async with running_controller() as controller:
         await wait_until(lambda: machine.pk in controller.hosts
-                         and controller.hosts[machine.pk].connected)
+                         and controller.hosts[machine.pk].live.connected)
         # porep-c2 has 10 partitions: seconds of work, time enough to cancel it mid-way
         job = await database_sync_to_async(ProofJob.objects.create)(
             kind="porep-c2", profile="tiny", seed=11, priority="normal")

@@ -4,6 +4,7 @@ The daemon is the fake in fake_upstream.py (its status server, replaying snapsho
 the upstream schema); our own engine is a real one on loopback.
 """
 
+import asyncio
 import json
 import re
 import socket
@@ -17,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineError
 from tests.vastmgr import live_engine
 from tests.vastmgr.fake_upstream import SCRIPT, FakeUpstream, healthy
@@ -29,7 +31,7 @@ from tests.vastmgr.live_engine import (
 )
 from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
@@ -122,22 +124,24 @@ def test_anything_missing_or_malformed_is_left_out_not_zeroed():
         map_snapshot([{"uptime_secs": 1}], 3)
 
 
-def test_our_engine_never_shows_a_lie(engine):
-    """Snapshots of a real engine proving real jobs (every kind, overlapping) pass the detector."""
-    for seed, kind in enumerate(("porep-c2", "snap-update", "winning-post", "window-post")):
-        engine.submit(kind=kind, profile="tiny", seed=seed)
+async def test_our_engine_never_shows_a_lie(engine):
+    """Every snapshot of a real engine proving real jobs (every kind, overlapping) passes the
+    detector: the engine's status stream hands over each change as it happens."""
     detector = LieDetector(growth_span=1.0)
-    phases, deadline = set(), time.monotonic() + 240
-    while time.monotonic() < deadline:
-        snapshot = engine.status()
-        assert detector.check(snapshot, time.monotonic()) == [], snapshot
-        states = [p["status"] for p in snapshot["pipelines"]]
-        phases |= {pt["state"] for p in snapshot["pipelines"] for pt in p["partitions"]}
-        if len(states) == 4 and all(s == "done" for s in states):
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the engine did not finish four tiny proofs in time")
+    phases = set()
+    async with EngineClient(engine.url) as client:
+        stream = client.stream_snapshots()
+        await anext(stream)  # the stream is open: nothing of the jobs below can be missed
+        for seed, kind in enumerate(("porep-c2", "snap-update", "winning-post", "window-post")):
+            await client.submit(kind=kind, profile="tiny", seed=seed)
+        async with asyncio.timeout(240):
+            async for typed in stream:
+                snapshot = typed.to_json()
+                assert detector.check(snapshot, time.monotonic()) == [], snapshot
+                phases |= {pt.state for p in typed.pipelines for pt in p.partitions}
+                if len(typed.pipelines) == 4 and all(p.status == "done" for p in typed.pipelines):
+                    break
+        await stream.aclose()
     assert {"synthesizing", "gpu", "done"} <= phases  # the snapshots really showed work in flight
     # Finished jobs stay listed for the engine's retention, then leave: never flagged as stuck.
     assert detector.check(engine.status(), time.monotonic() + 5) == []
@@ -374,11 +378,11 @@ async def test_an_upstream_daemon_added_by_command_goes_live_and_its_lies_come_a
 
             # It was watched, never worked: a queued proof is not dispatched to it, and one
             # pinned to it fails with the reason.
-            assert all(h.machine_id != machine.pk for h in controller.live_hosts())
+            assert all(h.machine_id != machine.pk for h in controller.dispatcher.live_hosts())
             anywhere = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=1)
             pinned = await ProofJob.objects.acreate(kind="porep-c2", profile="tiny", seed=2,
                                                     machine=machine)
-            await controller.dispatch()
+            await controller.dispatcher.dispatch()
             anywhere, pinned = [await ProofJob.objects.aget(pk=j.pk) for j in (anywhere, pinned)]
             assert anywhere.status == "queued" and anywhere.machine_id is None
             assert pinned.status == "failed" and "upstream cuzk daemon" in pinned.error
@@ -396,10 +400,10 @@ async def test_an_upstream_daemon_that_goes_away_shows_offline_with_the_reason(m
         engine_flavour=UPSTREAM, state="running")
     async with running_controller() as controller:
         await wait_until(lambda: controller.hosts.get(machine.pk)
-                         and controller.hosts[machine.pk].connected)
+                         and controller.hosts[machine.pk].live.connected)
         fake.__exit__()  # the daemon stops: its port refuses connections
-        await wait_until(lambda: not controller.hosts[machine.pk].connected)
-        assert "GET /status" in controller.hosts[machine.pk].error
+        await wait_until(lambda: not controller.hosts[machine.pk].live.connected)
+        assert "GET /status" in controller.hosts[machine.pk].live.error
         await wait_until(lambda: HostStatus.objects.filter(machine=machine, connected=False)
                          .aexists())
 
@@ -426,8 +430,8 @@ async def test_a_remote_upstream_daemon_is_watched_through_the_ssh_tunnel(tmp_pa
                 machine = await Machine.objects.aget(name="curio-remote")
                 assert machine.provider == "ssh" and machine.state == "running"
                 live = await wait_until(lambda: controller.hosts.get(machine.pk) and
-                                        controller.hosts[machine.pk].connected and
-                                        controller.hosts[machine.pk], timeout=30)
+                                        controller.hosts[machine.pk].live.connected and
+                                        controller.hosts[machine.pk].live, timeout=30)
                 assert live.snapshot["flavour"] == "cuzk-upstream"
                 assert [p["job_id"] for p in live.snapshot["pipelines"]] == [
                     "porep-1000-42-task7", "snap-1000-7"]

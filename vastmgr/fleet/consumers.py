@@ -16,9 +16,9 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token
-from vastmgr.fleet.controller.watching import CONTROLLER_GROUP, RENEW_EVERY, watch_event
+from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP, RENEW_EVERY, watch_event
 from vastmgr.fleet.models import Machine
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,9 @@ Some lies only show over time ("failed 20 min ago and still listed", "only grows
 detector keeps a short per-host history. It also tallies every kind of lie per host, so the panel
 can show how often each one happened since the controller started watching.
 
-Pure Python, no Django: it is fed plain dicts and a time.
+Pure Python, no Django: it is fed a `PartialSnapshot` (JSON, any field may be missing) and a
+time. Numbers are still checked with `_n`: a field of the right key may hold the wrong type
+when the snapshot did not come through `map_snapshot`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import asdict, dataclass
 from itertools import pairwise
+
+from cuzk_engine.vocabulary import IN_FLIGHT_PHASES, PARTITION_PHASES
+from vastmgr.fleet.partial_snapshot import (
+    LieRow,
+    LieTallyRow,
+    PartialPartition,
+    PartialPipeline,
+    PartialSnapshot,
+    PartialWorker,
+)
 
 # A usize counter this large went below zero (a decrement without its increment) and wrapped.
 WRAPPED = 1 << 63
@@ -30,7 +42,6 @@ STUCK_AFTER = 60.0
 # "Only grows" needs the counter watched for a while: rising, never falling, across this span.
 GROWTH_SPAN = 30.0
 HISTORY = 300.0
-IN_FLIGHT_PHASES = ("synthesizing", "synth_done", "gpu", "finalizing")
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,8 @@ class Lie:
     meaning: str  # what is really going on, for the operator
     cause: str  # the upstream behaviour behind it
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self) -> LieRow:
+        return LieRow(**asdict(self))
 
 
 TITLES = {
@@ -81,15 +92,15 @@ class LieDetector:
 
     # ---- the entry point --------------------------------------------------------------
 
-    def check(self, snapshot: dict, now: float) -> list[Lie]:
+    def check(self, snapshot: PartialSnapshot, now: float) -> list[Lie]:
         uptime = _n(snapshot.get("uptime_secs"))
         if uptime is not None and self.uptime is not None and uptime < self.uptime:
             # The daemon restarted: what it said before is no evidence about the new process.
             self.settled_since.clear()
             self.series.clear()
         self.uptime = uptime
-        pipelines = [p for p in snapshot.get("pipelines") or [] if isinstance(p, dict)]
-        workers = [w for w in snapshot.get("gpu_workers") or [] if isinstance(w, dict)]
+        pipelines = snapshot.get("pipelines", [])
+        workers = snapshot.get("gpu_workers", [])
         phases = _phase_counts(pipelines)
         lies = [
             *self._workers_and_partitions(pipelines, workers),
@@ -102,11 +113,11 @@ class LieDetector:
         self._count(lies, now)
         return lies
 
-    def tally_rows(self) -> list[dict]:
+    def tally_rows(self) -> list[LieTallyRow]:
         """Per kind of lie: episodes (times it appeared), snapshots it was in, first and last
         seen, and whether it is present now."""
-        return [{"code": code, "title": TITLES.get(code, code), **row,
-                 "present": code in self.present}
+        return [LieTallyRow(code=code, title=TITLES.get(code, code), **row,
+                            present=code in self.present)
                 for code, row in sorted(self.tally.items())]
 
     def _count(self, lies: list[Lie], now: float) -> None:
@@ -121,10 +132,11 @@ class LieDetector:
 
     # ---- workers and partitions -------------------------------------------------------
 
-    def _workers_and_partitions(self, pipelines, workers) -> list[Lie]:
+    def _workers_and_partitions(self, pipelines: list[PartialPipeline],
+                                workers: list[PartialWorker]) -> list[Lie]:
         lies = []
         states = {(p.get("job_id"), pt.get("index")): pt.get("state")
-                  for p in pipelines for pt in p.get("partitions") or [] if isinstance(pt, dict)}
+                  for p in pipelines for pt in _partitions(p)}
         holders: dict[tuple, list] = {}
         idle = []
         for w in workers:
@@ -168,9 +180,8 @@ class LieDetector:
                     "its next pickup; a GPU error in gpu_prove_start never updates the worker; a "
                     "retried job id re-registers the job under the worker"))
         for p in pipelines:
-            for pt in p.get("partitions") or []:
-                if isinstance(pt, dict) and pt.get("state") == "gpu" \
-                        and (p.get("job_id"), pt.get("index")) not in holders:
+            for pt in _partitions(p):
+                if pt.get("state") == "gpu" and (p.get("job_id"), pt.get("index")) not in holders:
                     idle_note = f" (idle: {_ws(idle)})" if idle else ""
                     lies.append(Lie(
                         "gpu-unheld",
@@ -185,8 +196,9 @@ class LieDetector:
 
     # ---- synthesis --------------------------------------------------------------------
 
-    def _synthesis(self, snapshot, phases, now) -> list[Lie]:
-        active = _n((snapshot.get("synthesis") or {}).get("active"))
+    def _synthesis(self, snapshot: PartialSnapshot, phases: dict[str, int],
+                   now: float) -> list[Lie]:
+        active = _n(snapshot.get("synthesis", {}).get("active"))
         if active is None:
             return []
         synthesizing = phases["synthesizing"]
@@ -210,10 +222,11 @@ class LieDetector:
 
     # ---- buffers ----------------------------------------------------------------------
 
-    def _buffers(self, snapshot, phases, workers, now) -> list[Lie]:
-        buffers = snapshot.get("buffers")
-        if not isinstance(buffers, dict):
+    def _buffers(self, snapshot: PartialSnapshot, phases: dict[str, int],
+                 workers: list[PartialWorker], now: float) -> list[Lie]:
+        if "buffers" not in snapshot:
             return []
+        buffers = snapshot["buffers"]
         lies = []
         in_flight = sum(phases[p] for p in IN_FLIGHT_PHASES)
         for name in sorted(buffers):
@@ -266,14 +279,13 @@ class LieDetector:
 
     # ---- SRS, memory, counters ----------------------------------------------------------
 
-    def _srs(self, snapshot, pipelines, workers) -> list[Lie]:
-        srs = (snapshot.get("allocations") or {}).get("srs")
-        if srs != []:
+    def _srs(self, snapshot: PartialSnapshot, pipelines: list[PartialPipeline],
+             workers: list[PartialWorker]) -> list[Lie]:
+        if snapshot.get("allocations", {}).get("srs") != []:
             return []
         proving = [w for w in workers if w.get("state") == "proving"]
         on_gpu = [(p.get("job_id"), pt.get("index")) for p in pipelines
-                  for pt in p.get("partitions") or [] if isinstance(pt, dict)
-                  and pt.get("state") == "gpu"]
+                  for pt in _partitions(p) if pt.get("state") == "gpu"]
         if not proving and not on_gpu:
             return []
         job = proving[0].get("current_job") if proving else on_gpu[0][0]
@@ -282,16 +294,16 @@ class LieDetector:
                     "allocations.srs uses try_lock on the SRS manager and returns [] while the "
                     "mutex is held, e.g. during a 30-90 s parameter load")]
 
-    def _memory_and_counters(self, snapshot) -> list[Lie]:
+    def _memory_and_counters(self, snapshot: PartialSnapshot) -> list[Lie]:
         lies = []
-        memory = snapshot.get("memory") or {}
+        memory = snapshot.get("memory", {})
         used, total = _n(memory.get("used_bytes")), _n(memory.get("total_bytes"))
         if used is not None and total is not None and not 0 <= used <= total:
             lies.append(Lie("memory", f"memory used {used:g} B is outside 0..{total:g} B",
                             "the budget figures are estimates that no longer add up",
                             "the memory budget is an estimate (not RSS); the pinned pool is not "
                             "charged to it, and a request larger than the total blocks forever"))
-        counters = snapshot.get("counters") or {}
+        counters = snapshot.get("counters", {})
         for total_key, by_kind_key in (("total_completed", "completed_by_kind"),
                                        ("total_failed", "failed_by_kind")):
             count, by_kind = _n(counters.get(total_key)), counters.get(by_kind_key)
@@ -308,12 +320,12 @@ class LieDetector:
 
     # ---- jobs that stay -----------------------------------------------------------------
 
-    def _settled_jobs(self, pipelines, now) -> list[Lie]:
+    def _settled_jobs(self, pipelines: list[PartialPipeline], now: float) -> list[Lie]:
         lies = []
         seen = set()
         for p in pipelines:
             job = p.get("job_id")
-            parts = [pt for pt in p.get("partitions") or [] if isinstance(pt, dict)]
+            parts = _partitions(p)
             failed = [pt.get("index") for pt in parts if pt.get("state") == "failed"]
             all_done = bool(parts) and all(pt.get("state") == "done" for pt in parts)
             done = sum(1 for pt in parts if pt.get("state") == "done")
@@ -357,12 +369,17 @@ class LieDetector:
         return lies
 
 
-def _phase_counts(pipelines: list[dict]) -> dict[str, int]:
-    counts = dict.fromkeys(("pending", *IN_FLIGHT_PHASES, "done", "failed", "cancelled"), 0)
+def _partitions(pipeline: PartialPipeline) -> list[PartialPartition]:
+    return pipeline.get("partitions", [])
+
+
+def _phase_counts(pipelines: list[PartialPipeline]) -> dict[str, int]:
+    counts = dict.fromkeys(PARTITION_PHASES, 0)
     for p in pipelines:
-        for pt in p.get("partitions") or []:
-            if isinstance(pt, dict) and pt.get("state") in counts:
-                counts[pt["state"]] += 1
+        for pt in _partitions(p):
+            state = pt.get("state")
+            if state in counts:
+                counts[state] += 1
     return counts
 
 

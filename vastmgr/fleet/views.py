@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 
 from vastmgr.http import AuthenticatedHttpRequest
 
-from .controller import fragments
+from . import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
 

@@ -7,7 +7,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from cuzk_engine.vocabulary import PARTITION_PHASES
-from vastmgr.fleet.controller.fragments import fleet_group, host_group, render_toast
+from vastmgr.fleet.fragments import fleet_group, host_group, render_toast
 
 from .models import ProofJob
 from .progress import JobProgress, partition_title

@@ -19,7 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES
-from vastmgr.fleet.controller import fragments
+from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
 from vastmgr.http import AuthenticatedHttpRequest

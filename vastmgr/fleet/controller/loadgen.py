@@ -25,6 +25,18 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from cuzk_engine.engine.snapshot import (
+    BuffersSnapshot,
+    CountersSnapshot,
+    DeviceSnapshot,
+    EngineSnapshot,
+    MemorySnapshot,
+    PartitionSnapshot,
+    PipelineSnapshot,
+    SynthesisSnapshot,
+    WorkerSnapshot,
+)
+
 # The period is cut into this many slots; each slot's hosts send together.
 SLOTS = 20
 # The final report (every send time) is one line on stdout: megabytes for a long run.
@@ -32,28 +44,39 @@ REPORT_LIMIT = 1 << 28
 
 
 def _snapshot(host: int, seq: int) -> dict:
+    """A complete snapshot (built from the engine's own types, so it always reads back),
+    changing with `seq`; its numbers need not add up."""
     busy = seq % 3
-    return {
-        "seq": seq, "version": "loadgen", "uptime_secs": seq, "accepting": True,
-        "memory": {"total_bytes": 64 << 30, "used_bytes": (seq % 64) << 30,
-                   "available_bytes": (64 - seq % 64) << 30},
-        "synthesis": {"max_concurrent": 4, "active": busy},
-        "pipelines": [{"job_id": f"lg-{host}-{seq // 20}", "request_id": None,
-                       "proof_kind": "porep-c2", "kind": "porep-c2", "profile": "tiny",
-                       "priority": "normal", "status": "running", "error": None,
-                       "total_partitions": 10, "partitions_done": seq % 10,
-                       "partitions": [{"index": i, "state": "done" if i < seq % 10 else "gpu",
-                                       "synth_ms": 10.0, "gpu_ms": 5.0, "finalize_ms": 1.0}
-                                      for i in range(10)]}],
-        "gpu_workers": [{"worker_id": w, "gpu_ordinal": 0,
-                         "state": "proving" if w < busy else "idle", "current_job": None,
-                         "current_partition": None, "busy_secs": None, "busy_total_secs": 0.0}
-                        for w in range(2)],
-        "devices": [{"ordinal": 0, "name": "loadgen", "backend": "none", "workers": [0, 1]}],
-        "allocations": {"srs": [], "pce": []},
-        "counters": {"total_completed": seq // 20, "total_failed": 0, "queue_depth": busy},
-        "buffers": {"synth_in_flight": busy, "pending_handles": 0},
-    }
+    done = seq % 10
+    completed = seq // 20
+    partitions = [PartitionSnapshot(index=i, state="done" if i < done else "gpu", synth_ms=10.0,
+                                    gpu_ms=5.0, finalize_ms=1.0, synth_start_ms=0.0,
+                                    gpu_start_ms=10.0, finalize_start_ms=15.0, worker_id=None)
+                  for i in range(10)]
+    return EngineSnapshot(
+        seq=seq, version="loadgen", uptime_secs=seq, accepting=True,
+        memory=MemorySnapshot(total_bytes=64 << 30, used_bytes=(seq % 64) << 30,
+                              available_bytes=(64 - seq % 64) << 30),
+        synthesis=SynthesisSnapshot(max_concurrent=4, active=busy),
+        pipelines=[PipelineSnapshot(
+            job_id=f"lg-{host}-{completed}", request_id=None, proof_kind="porep-c2",
+            kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny", priority="normal",
+            status="running", error=None, started_secs_ago=1.0, queued_ms=0.0, srs_load_ms=0.0,
+            total_partitions=10, partitions_done=done, partitions=partitions)],
+        gpu_workers=[WorkerSnapshot(worker_id=w, gpu_ordinal=0,
+                                    state="proving" if w < busy else "idle", current_job=None,
+                                    current_partition=None, busy_secs=None, busy_total_secs=0.0)
+                     for w in range(2)],
+        devices=[DeviceSnapshot(ordinal=0, name="loadgen", backend="none", description="",
+                                workers=[0, 1])],
+        allocations={"srs": [], "pce": []},
+        counters=CountersSnapshot(
+            total_completed=completed, total_failed=0, total_cancelled=0,
+            completed_by_kind={"porep-c2": completed}, failed_by_kind={}, cancelled_by_kind={},
+            queue_depth=busy, queue_depth_by_kind={"porep-c2": busy}),
+        buffers=BuffersSnapshot(synth_in_flight=busy, pending_handles=0, provers_in_flight=0,
+                                aux_in_flight=0),
+    ).to_json()
 
 
 class LoadGenerator:

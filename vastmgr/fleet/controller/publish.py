@@ -5,7 +5,7 @@ embedded mode the channel layer is in-memory and lives inside the daphne process
 controller hands its batches to daphne over a websocket (`/ws/relay/`) that only a holder of
 the relay token (derived from SECRET_KEY, which both processes share) may open.
 
-The other direction, viewers announcing what they watch (see `watching`), reaches the
+The other direction, viewers announcing what they watch (see `viewers`), reaches the
 controller through its own channel on the shared layer, or back over the relay socket.
 """
 
@@ -23,7 +23,7 @@ import aiohttp
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .watching import CONTROLLER_GROUP
+from .viewers import CONTROLLER_GROUP
 
 log = logging.getLogger(__name__)
 

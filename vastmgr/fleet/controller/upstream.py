@@ -4,9 +4,10 @@ The upstream daemon serves `GET /status` on `daemon.status_listen` (hand-rolled 
 `Connection: close`, no auth, no stream, no seq; schema in cuzk-notes §4.2). Its proving API is
 gRPC, which vastmgr does not speak: upstream machines are watched, never given work.
 
-`map_snapshot` turns an upstream snapshot into the shape our panels render. It trusts nothing:
-any field may be absent, null or of the wrong type, and then it is left out of the mapped
-snapshot, so the panel says "not reported" instead of showing a zero that was never measured.
+`map_snapshot` turns an upstream snapshot into a `PartialSnapshot`, the shape our panels render.
+It trusts nothing: any field may be absent, null or of the wrong type, and then it is left out of
+the mapped snapshot, so the panel says "not reported" instead of showing a zero that was never
+measured.
 `UpstreamWatcher` polls, maps, runs the lie detector and hands the result to the controller
 exactly as `HostWatcher` does for our engine; `watcher_for` picks the watcher by flavour.
 """
@@ -17,17 +18,20 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from typing import Any, cast
 
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineError
+from cuzk_engine.vocabulary import PARTITION_PHASES, WORKER_STATES
 from vastmgr.config import ConfigError
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import Machine
+from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
 from .liveness import STALE_AFTER_INTERVALS
-from .transport import EngineTransport, TransportError
+from .transport import EngineEndpoint, EngineTransport
 from .watcher import HostLive, HostWatcher, RampSlot
 
 log = logging.getLogger(__name__)
@@ -36,8 +40,9 @@ FLAVOUR = Machine.Flavour.CUZK_UPSTREAM.value
 DEFAULT_INTERVAL = 1.5  # what the seeds' vast-manager polled at
 INTERVAL_VARIABLE = "VASTMGR_UPSTREAM_INTERVAL"
 
-PARTITION_STATES = ("pending", "synthesizing", "synth_done", "gpu", "done", "failed")
-WORKER_STATES = ("idle", "proving")
+# Upstream has no finalizing phase (a partition reads `gpu` until its finalizer is done) and no
+# cancel: a state outside these is not one upstream reports.
+PARTITION_STATES = tuple(p for p in PARTITION_PHASES if p not in ("finalizing", "cancelled"))
 BUFFERS = ("synth_in_flight", "provers_in_flight", "aux_in_flight", "shells_in_flight",
            "pending_handles")
 
@@ -134,7 +139,7 @@ def _allocation(raw: dict) -> dict:
                        "evictable": _flag})
 
 
-def map_snapshot(raw, poll: int) -> dict:
+def map_snapshot(raw, poll: int) -> PartialSnapshot:
     """An upstream `/status` body in our snapshot's shape, with only what it reported.
 
     `poll` numbers the snapshots (upstream has no seq); `flavour` tells the templates which
@@ -142,7 +147,7 @@ def map_snapshot(raw, poll: int) -> dict:
     not jump between polls."""
     if not isinstance(raw, dict):
         raise EngineError(f"GET /status: the answer is not a JSON object: {str(raw)[:80]!r}")
-    snapshot: dict = {"flavour": FLAVOUR, "seq": poll}
+    snapshot: dict[str, Any] = {"flavour": FLAVOUR, "seq": poll}
     if (uptime := _number(raw.get("uptime_secs"))) is not None:
         snapshot["uptime_secs"] = uptime
     for key, fields in (
@@ -166,7 +171,7 @@ def map_snapshot(raw, poll: int) -> dict:
         snapshot["allocations"] = {
             kind: allocations for kind in ("srs", "pce")
             if (allocations := _list(raw["allocations"], kind, _allocation)) is not None}
-    return snapshot
+    return cast(PartialSnapshot, snapshot)
 
 
 # ---- the watcher --------------------------------------------------------------------------
@@ -179,32 +184,20 @@ class UpstreamWatcher(HostWatcher):
 
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
-                 interval: float, on_update: Callable[[], None] = lambda: None,
-                 detector: LieDetector | None = None, *,
-                 connect_slots: asyncio.Semaphore | None = None):
-        super().__init__(live, transport, session, clock, interval, on_update,
-                         connect_slots=connect_slots)
-        self.detector = detector or LieDetector()
+                 interval: float, *, connect_slots: asyncio.Semaphore | None = None):
+        super().__init__(live, transport, session, clock, interval, connect_slots=connect_slots)
+        self.detector = LieDetector()
         self.polls = 0
 
-    async def _watch_once(self, backoff: float, seen: float | None) -> float:
+    async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:
         """Poll GET /status until it fails: upstream has no stream."""
-        async with RampSlot(self.connect_slots) as slot:
-            try:
-                endpoint = await self.transport.connect()
-            except TransportError as exc:
-                slot.release()
-                return await self._down(str(exc), backoff, seen)
+        slot.release()
         # Upstream has no auth; a token, if the operator gave one, is sent and ignored.
         client = EngineClient(endpoint.base_url, token=endpoint.token,
                               timeout=max(self.interval, 3.0), session=self.session)
-        try:
-            while True:
-                self.take(await client.status())
-                await asyncio.sleep(self.interval)
-        except EngineError as exc:
-            await self.transport.close()
-            return await self._down(str(exc), backoff, seen)
+        while True:
+            self.take(await client.status())
+            await asyncio.sleep(self.interval)
 
     def take(self, raw) -> None:
         """Map one upstream answer, flag its lies, and hand it to the controller."""
@@ -215,7 +208,6 @@ class UpstreamWatcher(HostWatcher):
         snapshot["lie_tally"] = self.detector.tally_rows()
         snapshot["poll_interval"] = self.interval
         self.live.accept(snapshot, "poll", now)
-        self.on_update()
 
 
 def watcher_for(machine, live: HostLive, transport: EngineTransport,

@@ -1,5 +1,7 @@
 """One task per machine keeping the freshest engine snapshot: the status stream when it works,
-polling GET /status when it does not, and an honest `connected` flag either way."""
+polling GET /status when it does not, and an honest `connected` flag either way. A snapshot
+that does not have the snapshot's shape takes the host down with that reason, like an
+engine that does not answer."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ from typing import Self
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient
-from cuzk_engine.errors import EngineError
+from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.errors import EngineError, SnapshotFormatError
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
-from .transport import EngineTransport, TransportError
+from .transport import EngineEndpoint, EngineTransport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +36,11 @@ REQUEST_INTERVALS = 2.0
 
 @dataclass
 class HostLive:
-    """What the controller knows about one engine, updated by its watcher."""
+    """What the controller knows about one engine, updated by its watcher. `snapshot` is our
+    engine's (typed, complete) or an upstream daemon's (partial, already JSON)."""
 
     machine_id: int
-    snapshot: dict | None = None
+    snapshot: EngineSnapshot | PartialSnapshot | None = None
     seq: int | None = None
     last_seen: float | None = None
     snapshot_at: float | None = None  # when the kept snapshot arrived (its times are relative)
@@ -45,8 +50,10 @@ class HostLive:
     error: str = ""
     changed: bool = True
     client: EngineClient | None = field(default=None, repr=False)
+    # The snapshot as JSON, and the snapshot it was made from.
+    _json: tuple[object, PartialSnapshot | None] = field(default=(None, None), repr=False)
 
-    def accept(self, snapshot: dict, via: str, now: float) -> None:
+    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float) -> None:
         self.last_seen = now
         self.via = via
         self.error = ""
@@ -54,11 +61,21 @@ class HostLive:
             self.connected = True
             self.down_since = None
             self.changed = True
-        if snapshot.get("seq") != self.seq or self.snapshot is None:
+        seq = snapshot.seq if isinstance(snapshot, EngineSnapshot) else snapshot.get("seq")
+        if seq != self.seq or self.snapshot is None:
             self.snapshot = snapshot
             self.snapshot_at = now
-            self.seq = snapshot.get("seq")
+            self.seq = seq
             self.changed = True
+
+    def snapshot_json(self) -> PartialSnapshot | None:
+        """The kept snapshot as stored and rendered (converted once per snapshot)."""
+        source, converted = self._json
+        if source is not self.snapshot:
+            converted = (self.snapshot.to_json() if isinstance(self.snapshot, EngineSnapshot)
+                         else self.snapshot)
+            self._json = (self.snapshot, converted)
+        return converted
 
     def lost(self, error: str, now: float) -> None:
         if self.connected or self.error != error:
@@ -96,14 +113,12 @@ class RampSlot:
 class HostWatcher:
     def __init__(self, live: HostLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
-                 interval: float, on_update: Callable[[], None] = lambda: None, *,
-                 connect_slots: asyncio.Semaphore | None = None):
+                 interval: float, *, connect_slots: asyncio.Semaphore | None = None):
         self.live = live
         self.transport = transport
         self.session = session
         self.clock = clock
         self.interval = interval
-        self.on_update = on_update
         self.faults = FaultRecorder("engine watcher")
         self.connect_slots = connect_slots
 
@@ -123,37 +138,45 @@ class HostWatcher:
             await self.transport.close()
 
     async def _watch_once(self, backoff: float, seen: float | None) -> float:
-        """One connection: the stream while it works, then polling; returns the next backoff.
-        `seen` is the host's last_seen before this connection, to tell whether it worked."""
+        """One connection, followed until it fails; returns the next backoff. `seen` is the
+        host's last_seen before this connection, to tell whether it worked."""
         async with RampSlot(self.connect_slots) as slot:
             try:
                 endpoint = await self.transport.connect()
+                await self._follow(endpoint, slot)
             except TransportError as exc:
                 slot.release()
                 return await self._down(str(exc), backoff, seen)
-            client = EngineClient(endpoint.base_url, token=endpoint.token,
-                                  timeout=REQUEST_INTERVALS * max(self.interval, 1.0),
-                                  session=self.session)
-            self.live.client = client
-            try:
-                await self._stream(client, slot)
-            except EngineError as exc:
-                # Only the stream may be broken (a proxy dropping websockets): polling
-                # decides whether the engine itself is down.
-                log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+            except (EngineError, SnapshotFormatError) as exc:
+                # Unreachable, refusing us (a wrong token), or answering with something that is
+                # not a snapshot: either way no live data.
+                slot.release()
+                await self.transport.close()
+                reason = (f"malformed snapshot: {exc}" if isinstance(exc, SnapshotFormatError)
+                          else str(exc))
+                return await self._down(reason, backoff, seen)
+        return self.interval
+
+    async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:
+        """The stream while it works, then a few polls; the slot is released once the first
+        snapshot is in. Raises EngineError when the engine is unreachable or refuses us."""
+        client = EngineClient(endpoint.base_url, token=endpoint.token,
+                              timeout=REQUEST_INTERVALS * max(self.interval, 1.0),
+                              session=self.session)
+        self.live.client = client
         try:
-            await self._poll(client)
-            return self.interval
+            await self._stream(client, slot)
         except EngineError as exc:
-            # Unreachable, or refusing us (a wrong token): either way no live data.
-            await self.transport.close()
-            return await self._down(str(exc), backoff, seen)
+            # Only the stream may be broken (a proxy dropping websockets): polling decides
+            # whether the engine itself is down.
+            log.info("machine %s: stream down (%s); polling", self.live.machine_id, exc)
+        slot.release()
+        await self._poll(client)
 
     async def _down(self, reason: str, backoff: float, seen_before: float | None) -> float:
         if self.live.last_seen != seen_before:
             backoff = self.interval  # this connection worked: start the backoff over
         self.live.lost(reason, self.clock())
-        self.on_update()
         await asyncio.sleep(backoff)
         return min(backoff * 2, MAX_BACKOFF)
 
@@ -164,14 +187,12 @@ class HostWatcher:
             slot.release()
             if snapshot is None:
                 # A quiet stream is not proof of life: ask directly before trusting it.
-                self.live.accept(await client.status(), "stream", self.clock())
+                self.live.accept(await client.snapshot(), "stream", self.clock())
             else:
                 self.live.accept(snapshot, "stream", self.clock())
-            self.on_update()
 
     async def _poll(self, client: EngineClient) -> None:
         for _ in range(POLLS_BEFORE_STREAM_RETRY):
-            self.live.accept(await client.status(), "poll", self.clock())
-            self.on_update()
+            self.live.accept(await client.snapshot(), "poll", self.clock())
             await asyncio.sleep(self.interval)
 

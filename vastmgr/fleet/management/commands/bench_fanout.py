@@ -34,7 +34,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
-from vastmgr.fleet.controller.watching import BLIND_SLACK, RENEW_EVERY
+from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.management.commands.run_fleet import uses_leases, uses_shared_layer
 from vastmgr.fleet.models import HostLease, HostStatus, Machine
 

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.fleet.controller.fragments import load_hosts
+from vastmgr.fleet.fragments import load_hosts
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 

@@ -3,6 +3,9 @@
 Every fragment is one top-level element with a stable id, so the htmx ws extension (and app.js
 when polling) swaps it in place. All of them are rendered from database rows, with the
 connection state judged against `now`, so every dashboard process renders the same truth.
+
+A stored snapshot is read as a `PartialSnapshot`: an upstream daemon's lacks fields, and what a
+daemon did not report is shown as "not reported", never as 0.
 """
 
 from __future__ import annotations
@@ -18,12 +21,19 @@ from django.urls import reverse
 from django.utils import timezone
 
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
+from vastmgr.fleet.partial_snapshot import (
+    PartialCounters,
+    PartialMemory,
+    PartialSnapshot,
+    PartialWorker,
+    idle_with_work_waiting,
+    pending_handles,
+)
 from vastmgr.proofs.models import ProofJob
 from vastmgr.proofs.progress import JobProgress, pipeline_phase
 
-from .liveness import LIVE, OFFLINE, connection_state
+from .controller.liveness import LIVE, OFFLINE, connection_state
 
-CHART_WINDOW = timedelta(hours=1)
 RECENT_PROOFS = 10
 
 
@@ -41,14 +51,6 @@ def host_group(machine_id: int) -> str:
 IDLE_FLAG_HOLD = 5.0
 
 
-def idle_with_work_waiting(snapshot: dict | None) -> bool:
-    """Synthesized partitions wait for a device while a GPU worker sits idle (a moment's view)."""
-    snapshot = snapshot or {}
-    waiting = (snapshot.get("buffers") or {}).get("pending_handles", 0)
-    workers = snapshot.get("gpu_workers") or []
-    return waiting > 0 and any(w.get("state") != "proving" for w in workers)
-
-
 @dataclass
 class HostView:
     """One host as the fleet row and panel show it; the derived values are computed once per
@@ -61,8 +63,8 @@ class HostView:
     failed_24h: int = 0
 
     @cached_property
-    def snapshot(self) -> dict:
-        return (self.status.snapshot if self.status else None) or {}
+    def snapshot(self) -> PartialSnapshot:
+        return self.status.snapshot if self.status and self.status.snapshot else {}
 
     @cached_property
     def last_seen_ts(self) -> float | None:
@@ -94,8 +96,8 @@ class HostView:
         return None if self.last_seen_ts is None else max(0, int(self.now - self.last_seen_ts))
 
     @cached_property
-    def workers(self) -> list[dict]:
-        return self.snapshot.get("gpu_workers") or []
+    def workers(self) -> list[PartialWorker]:
+        return self.snapshot.get("gpu_workers", [])
 
     @cached_property
     def busy_workers(self) -> int:
@@ -107,28 +109,28 @@ class HostView:
 
     @property
     def devices(self) -> list[dict]:
-        return self.snapshot.get("devices") or []
+        return self.snapshot.get("devices", [])
 
     @property
     def queue_depth(self) -> int | None:
         """Jobs on the engine that no device has touched yet: queued for synthesis, or
         synthesized (wholly or partly) and waiting for a device. None when the engine reports
         no pipelines at all (an upstream daemon may not): unknown, not zero."""
-        pipelines = self.snapshot.get("pipelines")
-        if pipelines is None:
+        if "pipelines" not in self.snapshot:
             return None
-        return sum(1 for p in pipelines if pipeline_phase(p) in ("queued", "waiting"))
+        return sum(1 for p in self.snapshot["pipelines"]
+                   if pipeline_phase(p) in ("queued", "waiting"))
 
     @property
-    def partitions_waiting(self) -> int:
+    def partitions_waiting(self) -> int | float:
         """Synthesized partitions waiting for a device, over all jobs."""
-        return (self.snapshot.get("buffers") or {}).get("pending_handles", 0)
+        return pending_handles(self.snapshot)
 
     @cached_property
     def memory(self) -> dict:
-        memory = self.snapshot.get("memory") or {}
-        total = memory.get("total_bytes") or 0
-        used = memory.get("used_bytes") or 0
+        memory: PartialMemory = self.snapshot.get("memory", {})
+        total = memory.get("total_bytes", 0)
+        used = memory.get("used_bytes", 0)
         percent = round(100 * used / total, 1) if total else 0
         level = "bad" if percent > 85 else "warn" if percent > 60 else "ok"
         return {"used": used, "total": total, "percent": percent, "level": level}
@@ -288,9 +290,9 @@ def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, s
     return [(fleet_group(), html), (host_group(machine_id), html)]
 
 
-def pipeline_rows(snapshot: dict) -> list[dict]:
+def pipeline_rows(snapshot: PartialSnapshot) -> list[dict]:
     rows = []
-    for pipeline in snapshot.get("pipelines") or []:
+    for pipeline in snapshot.get("pipelines", []):
         progress = JobProgress.from_json(pipeline)
         rows.append({
             **pipeline,
@@ -306,37 +308,34 @@ def host_context(machine: Machine, now: float, host: HostView | None = None) -> 
     if host is None:
         (host,) = load_hosts(now, [machine.pk]) or [HostView(machine, None, now)]
     snapshot = host.snapshot
-    allocations = snapshot.get("allocations") or {}
+    counters = snapshot.get("counters", {})
     return {
         "h": host,
         "s": snapshot,
         "pipelines": pipeline_rows(snapshot),
         "srs": [{**a, "last_used_ago": host.aged(a.get("last_used_secs_ago"))}
-                for a in allocations.get("srs") or []],
+                for a in snapshot.get("allocations", {}).get("srs", [])],
         "uptime": host.aged(snapshot.get("uptime_secs")),
-        "counters": snapshot.get("counters") or {},
-        "kinds": _counter_rows(snapshot.get("counters") or {}),
+        "counters": counters,
+        "kinds": _counter_rows(counters),
         "recent": ProofJob.objects.filter(machine=machine)[:RECENT_PROOFS],
         "upstream": machine.is_upstream,
-        "lies": snapshot.get("lies") or [],
+        "lies": snapshot.get("lies", []),
         "lie_tally": [{**row, "first_ago": max(0, round(now - row["first_seen"])),
                        "last_ago": max(0, round(now - row["last_seen"]))}
-                      for row in snapshot.get("lie_tally") or []],
+                      for row in snapshot.get("lie_tally", [])],
     }
 
 
-def _counter_rows(counters: dict) -> list[dict]:
-    kinds = set()
-    for key in ("completed_by_kind", "failed_by_kind", "cancelled_by_kind", "queue_depth_by_kind"):
-        kinds.update((counters.get(key) or {}).keys())
+def _counter_rows(counters: PartialCounters) -> list[dict]:
     # A map the engine did not send at all is "not reported" (None), not zero.
-    return [{
-        "kind": kind,
-        **{column: None if counters.get(key) is None else counters[key].get(kind, 0)
-           for column, key in (("done", "completed_by_kind"), ("failed", "failed_by_kind"),
-                               ("cancelled", "cancelled_by_kind"),
-                               ("queued", "queue_depth_by_kind"))},
-    } for kind in sorted(kinds)]
+    maps = {"done": counters.get("completed_by_kind"), "failed": counters.get("failed_by_kind"),
+            "cancelled": counters.get("cancelled_by_kind"),
+            "queued": counters.get("queue_depth_by_kind")}
+    kinds = sorted({kind for by_kind in maps.values() if by_kind for kind in by_kind})
+    return [{"kind": kind, **{column: None if by_kind is None else by_kind.get(kind, 0)
+                              for column, by_kind in maps.items()}}
+            for kind in kinds]
 
 
 def render_host_panel(machine: Machine, now: float | None = None,

@@ -26,7 +26,7 @@ def watch_event(group: str, channel: str, watching: bool) -> dict:
     return {"type": "watch", "group": group, "channel": channel, "watching": watching}
 
 
-class WatchRegistry:
+class ViewerRegistry:
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.leases: dict[str, dict[str, float]] = {}  # group -> viewer channel -> expiry
