@@ -2,16 +2,17 @@
 import os
 import sys
 
+from vastmgr.errors import SettingsError
+
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vastmgr.settings")
     from django.core.management import execute_from_command_line
 
-    from vastmgr.config import ConfigError
 
     try:
         execute_from_command_line(sys.argv)
-    except ConfigError as exc:
+    except SettingsError as exc:
         sys.exit(f"configuration error: {exc}")
 
 

@@ -5,12 +5,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
 
-
-class ConfigError(ImproperlyConfigured):
-    """A bad environment variable; manage.py prints it as one line and exits."""
-
+from vastmgr.errors import SettingsError
 
 TRUTHY = {"1", "true", "yes", "on"}
 FALSY = {"0", "false", "no", "off", ""}
@@ -25,7 +21,7 @@ def env_flag(name: str, default: bool = False) -> bool:
         return True
     if value in FALSY:
         return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -40,7 +36,7 @@ def data_dir(base_dir: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"VASTMGR_DATA_DIR={str(path)!r} cannot be created: {exc.strerror}")
+        raise SettingsError(f"VASTMGR_DATA_DIR={str(path)!r} cannot be created: {exc.strerror}")
     return path
 
 
@@ -66,9 +62,9 @@ def database(data: Path) -> dj_database_url.DBConfig:
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     except (ValueError, KeyError) as exc:
-        raise ConfigError(f"DATABASE_URL is malformed: {exc}") from None
+        raise SettingsError(f"DATABASE_URL is malformed: {exc}") from None
     if not config.get("ENGINE") or not config.get("NAME"):
-        raise ConfigError("DATABASE_URL is malformed: it names no database engine or database")
+        raise SettingsError("DATABASE_URL is malformed: it names no database engine or database")
     return config
 
 
@@ -80,7 +76,7 @@ def channel_layers() -> dict:
     if not url:
         return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})")
+        raise SettingsError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})")
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

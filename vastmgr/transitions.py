@@ -4,9 +4,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-
-class IllegalTransition(ValueError):
-    """Raised when a model is asked to move to a state its current state cannot reach."""
+from vastmgr.errors import IllegalTransition
 
 
 def check_transition(label: str, allowed: Mapping[Any, AbstractSet[str]], current: str,

@@ -30,4 +30,4 @@ urlpatterns = [
 
 # Error pages extend base.html for the navigation; a 500 is rendered without the request's
 # context processors (they may be what failed).
-handler500 = "vastmgr.errors.server_error"
+handler500 = "vastmgr.views.server_error"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from vastmgr.fleet.models import AppendOnlyError, Event, Machine
+from vastmgr.errors import AppendOnlyError, IllegalTransition
+from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.transitions import IllegalTransition
 
 pytestmark = pytest.mark.django_db
 

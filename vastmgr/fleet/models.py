@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from vastmgr.errors import AppendOnlyError
 from vastmgr.transitions import check_transition
 
 
@@ -113,10 +114,6 @@ class Machine(models.Model):
     def mark_seen(self, when=None) -> None:
         self.last_seen = when or timezone.now()
         self.save(update_fields=["last_seen"])
-
-
-class AppendOnlyError(RuntimeError):
-    pass
 
 
 class Event(models.Model):

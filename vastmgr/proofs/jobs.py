@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from cuzk_engine.vocabulary import PRIORITY_RANK
-from vastmgr.fleet.controller.verify import VerificationError, reverify
+from vastmgr.errors import VerificationError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.proofs.verify import reverify
 
 from .models import ProofJob
 from .progress import JobProgress

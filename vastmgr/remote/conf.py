@@ -11,7 +11,7 @@ from typing import TypeVar
 from django.conf import settings
 
 from cuzk_engine.vocabulary import KINDS, PROFILES
-from vastmgr.config import ConfigError
+from vastmgr.errors import SettingsError
 
 DEFAULT_VAST_URL = "https://console.vast.ai"
 
@@ -35,16 +35,16 @@ def _env_float(name: str, default: Default) -> float | Default:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
     if value < 0:
-        raise ConfigError(f"{name}={raw!r} must not be negative")
+        raise SettingsError(f"{name}={raw!r} must not be negative")
     return value
 
 
 def _env_choice(name: str, default: str, choices) -> str:
     value = os.environ.get(name, "").strip() or default
     if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+        raise SettingsError(f"{name}={value!r} is not one of {', '.join(choices)}")
     return value
 
 
@@ -53,7 +53,7 @@ def _env_args(name: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(raw))
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not a shell-quoted argument list ({exc})") from None
+        raise SettingsError(f"{name}={raw!r} is not a shell-quoted argument list ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,10 @@ class RemoteSettings:
         }
         url = os.environ.get("VAST_URL", DEFAULT_VAST_URL).rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"VAST_URL must start with http:// or https:// (got {url!r})")
+            raise SettingsError(f"VAST_URL must start with http:// or https:// (got {url!r})")
         webhook = os.environ.get("VASTMGR_ALERT_WEBHOOK_URL", "").strip()
         if webhook and not webhook.startswith(("http://", "https://")):
-            raise ConfigError("VASTMGR_ALERT_WEBHOOK_URL must start with http:// or https://")
+            raise SettingsError("VASTMGR_ALERT_WEBHOOK_URL must start with http:// or https://")
         return cls(
             vast_url=url,
             state_timeouts_min=timeouts,

@@ -9,13 +9,14 @@ from asgiref.sync import sync_to_async
 from django.db.models import Max
 from django.utils import timezone
 
+from vastmgr.errors import SSHError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 
 from . import alerts, vast
 from .conf import RemoteSettings
 from .models import BadHost, HostPerf, RemoteHost
-from .ssh import LinkPool, SSHError
+from .ssh import LinkPool
 
 MANAGED = (Machine.Provider.SSH, Machine.Provider.VAST)
 # A crashed engine is restarted at most this many times per window; then an operator acts.

@@ -27,25 +27,17 @@ from asgiref.sync import sync_to_async
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import CuzkError
 from cuzk_engine.vocabulary import KINDS
-from vastmgr.fleet.controller.verify import VerificationError, reverify
+from vastmgr.errors import ProvisionError, SSHError, VerificationError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.proofs.verify import reverify
 
 from .conf import RemoteSettings
 from .lifecycle import REVIVE_EVENT, Automation
 from .models import RemoteHost
-from .ssh import LinkPool, MachineLink, SSHError
+from .ssh import LinkPool, MachineLink
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 Progress = Callable[[str, str], Awaitable[None]]
-
-
-class ProvisionError(RuntimeError):
-    """A failed step; `recorded` when an Event already says so (callers add none then)."""
-
-    def __init__(self, step: str, message: str, *, recorded: bool = False):
-        super().__init__(f"{step}: {message}")
-        self.step = step
-        self.recorded = recorded
 
 
 @dataclass(frozen=True)

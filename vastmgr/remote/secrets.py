@@ -11,12 +11,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
+from vastmgr.errors import SecretUnavailable
+
 # Domain separation: the same SECRET_KEY also signs sessions; this key is only for secrets.
 HKDF_INFO = b"vastmgr.remote secret store v1"
-
-
-class SecretUnavailable(RuntimeError):
-    """A stored secret cannot be decrypted (missing, or SECRET_KEY changed since it was stored)."""
 
 
 def _fernet() -> Fernet:

@@ -18,10 +18,10 @@ from typing import Any
 import asyncssh
 from asgiref.sync import sync_to_async
 
+from vastmgr.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
 from vastmgr.fleet.models import Event, Machine
 
 from .models import RemoteHost, Secret
-from .secrets import SecretUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +31,6 @@ CONNECT_TIMEOUT_S = 15
 # On first contact ask for the ED25519 key first: it is the fingerprint `ssh` shows users.
 HOST_KEY_PREFERENCE = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
                        "ecdsa-sha2-nistp521", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
-
-
-class SSHError(RuntimeError):
-    """An SSH failure described for an operator; never carries key material."""
-
-
-class HostKeyChanged(SSHError):
-    """The host presented a key other than the pinned one; we refuse to talk to it."""
-
-
-class SSHAuthFailed(SSHError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ The engine on a remote host listens on its loopback only; the controller reaches
 local port forwarded over the machine's one SSH link, so the engine is never exposed.
 """
 
-from vastmgr.fleet.controller.transport import EngineEndpoint, EngineTransport, TransportError
+from vastmgr.errors import SSHError, TransportError
+from vastmgr.fleet.controller.transport import EngineEndpoint, EngineTransport
 from vastmgr.fleet.models import Machine
 
-from .ssh import Backoff, LinkPool, SSHError
+from .ssh import Backoff, LinkPool
 
 # One pool for the controller process: every transport of a machine shares its SSH link. One
 # connect attempt per call: the watcher's own backoff paces the retries.

@@ -30,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
+from vastmgr.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.fleet.models import Event, Machine
 
 from . import alerts
@@ -49,29 +50,6 @@ LABEL_PREFIX = "vastmgr-"
 RENT_LOOKUP_GRACE = timedelta(minutes=5)
 # Vast's actual_status values on the way up; any other value than "running" means down.
 STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
-
-
-class VastError(RuntimeError):
-    def __init__(self, message: str, *, status: int | None = None, code: str = ""):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
-class VastAuthError(VastError):
-    """The API key was rejected (Vast answers 401/403, or 404 `auth_error` on some endpoints)."""
-
-
-class VastRateLimited(VastError):
-    """Vast kept answering 429 for longer than this call's retry budget."""
-
-    def __init__(self, message: str, *, retry_in_s: float, **kwargs):
-        super().__init__(message, **kwargs)
-        self.retry_in_s = retry_in_s
-
-
-class VastOutcomeUnknown(VastError):
-    """A create got no usable answer: the instance may exist. Never retried blindly."""
 
 
 @dataclass(frozen=True)

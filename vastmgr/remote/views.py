@@ -8,15 +8,14 @@ from django.http import HttpResponse, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from vastmgr.errors import ProvisionError, SecretUnavailable, SSHError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
 from .forms import AddHostForm, ApiKeyForm, CommandForm, OfferSearchForm
 from .models import RemoteHost, Secret
-from .provision import Provisioner, ProvisionError, run_on_hosts
-from .secrets import SecretUnavailable
-from .ssh import SSHError
+from .provision import Provisioner, run_on_hosts
 
 LOG_TIMEOUT_S = 30
 # Destroying gives running proofs this long to finish before the engine is killed, and waits

@@ -13,14 +13,13 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.conftest import free_port
-from vastmgr.config import ConfigError
+from vastmgr.errors import ProvisionError, SettingsError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote import provision
 from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.models import RemoteHost, Secret
 from vastmgr.remote.provision import (
     Provisioner,
-    ProvisionError,
     ProvisionPlan,
     build_wheel,
     run_on_hosts,
@@ -178,5 +177,5 @@ def test_the_benchmark_is_configurable_and_a_bad_kind_stops_start_up(monkeypatch
     plan = ProvisionPlan.from_settings(RemoteSettings.load())
     assert (plan.bench_kind, plan.bench_profile, plan.bench_proofs) == ("window-post", "tiny", 5)
     monkeypatch.setenv("VASTMGR_BENCH_KIND", "fast-post")
-    with pytest.raises(ConfigError, match="VASTMGR_BENCH_KIND='fast-post' is not one of"):
+    with pytest.raises(SettingsError, match="VASTMGR_BENCH_KIND='fast-post' is not one of"):
         RemoteSettings.load()

@@ -5,17 +5,11 @@ import pytest
 from aiohttp import ClientSession, web
 from asgiref.sync import sync_to_async
 
+from vastmgr.errors import HostKeyChanged, SSHAuthFailed, SSHError
 from vastmgr.fleet.controller.transport import transport_for
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote.models import RemoteHost, Secret
-from vastmgr.remote.ssh import (
-    Backoff,
-    HostKeyChanged,
-    MachineLink,
-    SSHAuthFailed,
-    SSHError,
-    fingerprint,
-)
+from vastmgr.remote.ssh import Backoff, MachineLink, fingerprint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

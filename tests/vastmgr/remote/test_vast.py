@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from vastmgr.errors import VastAuthError, VastError, VastRateLimited
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
@@ -21,15 +22,7 @@ from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.management.commands import remote_automation
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
 from vastmgr.remote.ssh import MachineLink
-from vastmgr.remote.vast import (
-    BACKGROUND,
-    OfferFilter,
-    RentRequest,
-    VastAuthError,
-    VastClient,
-    VastError,
-    VastRateLimited,
-)
+from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient
 
 from .conftest import API_KEY
 from .fake_vast import FakeVast

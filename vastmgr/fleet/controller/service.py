@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
+from vastmgr.errors import TransportError
 from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
@@ -30,7 +31,7 @@ from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state, seen_at
 from .publish import LayerPublisher
 from .store import update_rows
-from .transport import TransportError, transport_for
+from .transport import transport_for
 from .upstream import watcher_for
 from .viewers import ViewerRegistry
 from .watcher import HostLive

@@ -11,6 +11,8 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vastmgr.errors import TransportError
+
 
 @dataclass(frozen=True)
 class EngineEndpoint:
@@ -20,10 +22,6 @@ class EngineEndpoint:
     def __repr__(self) -> str:
         # The token must never reach a log line.
         return f"EngineEndpoint({self.base_url!r}, token={'set' if self.token else 'none'})"
-
-
-class TransportError(RuntimeError):
-    """The engine cannot be reached through this transport (the message says why)."""
 
 
 class EngineTransport(abc.ABC):

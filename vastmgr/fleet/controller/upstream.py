@@ -25,7 +25,7 @@ import aiohttp
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineError
 from cuzk_engine.vocabulary import PARTITION_PHASES, WORKER_STATES
-from vastmgr.config import ConfigError
+from vastmgr.errors import SettingsError
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import Machine
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
@@ -60,9 +60,9 @@ def poll_interval(controller_interval: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{INTERVAL_VARIABLE}={raw!r} is not a number") from None
+        raise SettingsError(f"{INTERVAL_VARIABLE}={raw!r} is not a number") from None
     if not 0 < value < limit:
-        raise ConfigError(f"{INTERVAL_VARIABLE}={raw!r} must be above 0 and below {limit:g} s "
+        raise SettingsError(f"{INTERVAL_VARIABLE}={raw!r} must be above 0 and below {limit:g} s "
                           "(3 controller intervals, after which a host counts as stale)")
     return value
 

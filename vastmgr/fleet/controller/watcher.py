@@ -16,10 +16,11 @@ import aiohttp
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot
 from cuzk_engine.errors import EngineError, SnapshotFormatError
+from vastmgr.errors import TransportError
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
-from .transport import EngineEndpoint, EngineTransport, TransportError
+from .transport import EngineEndpoint, EngineTransport
 
 log = logging.getLogger(__name__)
 

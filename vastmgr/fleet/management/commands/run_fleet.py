@@ -7,7 +7,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from vastmgr.config import ConfigError
+from vastmgr.errors import SettingsError
 from vastmgr.fleet.controller.leases import Leases
 from vastmgr.fleet.controller.publish import LayerPublisher, RelayPublisher
 from vastmgr.fleet.controller.service import FleetController, engine_session
@@ -50,7 +50,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{name} must be positive (got {value})")
         try:
             poll_interval(interval)  # upstream daemons are polled; refuse a bad setting now
-        except ConfigError as exc:
+        except SettingsError as exc:
             raise CommandError(str(exc)) from None
         asyncio.run(self.serve(dashboard_url, tick, interval, grace, lease))
 

@@ -6,13 +6,13 @@ import signal
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand
 
+from vastmgr.errors import SecretUnavailable
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event
 from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import Secret
-from vastmgr.remote.secrets import SecretUnavailable
 from vastmgr.remote.ssh import Backoff, LinkPool
 
 

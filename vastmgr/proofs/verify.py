@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from cuzk_engine.errors import ProofFormatError
 from cuzk_engine.groth16 import PROOF_BYTES, VerifyingKey, verify_partitions
-
-
-class VerificationError(ValueError):
-    """The proof could not even be checked (malformed VK, inputs or proof bytes)."""
+from vastmgr.errors import VerificationError
 
 
 def reverify(vk: dict, public_inputs, proof: bytes) -> bool:
