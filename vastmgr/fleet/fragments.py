@@ -265,23 +265,23 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
 
 
 def render_fleet_row(host: HostView) -> str:
-    return render_to_string("fragments/fleet_row.html", {"h": host})
+    return render_to_string("fleet/fragments/fleet_row.html", {"h": host})
 
 
 def render_fleet_totals(hosts: list[HostView], now: float | None = None) -> str:
-    return render_to_string("fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
+    return render_to_string("fleet/fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
 
 
 def render_fleet(now: float | None = None) -> str:
     """The whole fleet table body and totals: first render, reconnects and polling."""
     hosts = load_hosts(now or time.time())
-    return render_to_string("fragments/fleet_body.html", {"hosts": hosts}) + \
+    return render_to_string("fleet/fragments/fleet_body.html", {"hosts": hosts}) + \
         render_fleet_totals(hosts, now)
 
 
 def render_toast(level: str, text: str, url: str = "") -> str:
     """A notice appended to the page's toast area (an htmx out-of-band swap)."""
-    return render_to_string("fragments/toast.html", {"level": level, "text": text, "url": url})
+    return render_to_string("fleet/fragments/toast.html", {"level": level, "text": text, "url": url})
 
 
 def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, str]]:
@@ -341,7 +341,7 @@ def _counter_rows(counters: PartialCounters) -> list[dict]:
 def render_host_panel(machine: Machine, now: float | None = None,
                       host: HostView | None = None) -> str:
     """`host`: the machine's view when the caller has loaded it already (saves two queries)."""
-    return render_to_string("fragments/host_panel.html",
+    return render_to_string("fleet/fragments/host_panel.html",
                             host_context(machine, now or time.time(), host))
 
 
@@ -447,5 +447,5 @@ def _flush(sums, times, busy, rate) -> None:
 
 def render_host_charts(machine: Machine, now: float | None = None,
                        window: str = DEFAULT_WINDOW) -> str:
-    return render_to_string("fragments/host_charts.html",
+    return render_to_string("fleet/fragments/host_charts.html",
                             {"m": machine, "c": chart_series(machine, now or time.time(), window)})

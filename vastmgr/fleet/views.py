@@ -54,7 +54,7 @@ def host_charts(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespo
 def machine_state(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     """The lifecycle state badge, re-read by pages that show it in their heading."""
     machine = get_object_or_404(Machine, pk=machine_id)
-    return render(request, "fragments/machine_state.html", {"machine": machine})
+    return render(request, "fleet/fragments/machine_state.html", {"machine": machine})
 
 
 def _host_state(machine: Machine, window: str | None = None) -> str:
