@@ -178,14 +178,14 @@ def prove_once(groth16, synth, params, backend) -> tuple[float, bool, dict]:
 
 def end_to_end(backend, report: Report, args, deadline: float) -> None:
     from cuzk_engine import circuits, groth16
-    from cuzk_engine.engine.stages import synthesize
+    from cuzk_engine.engine.stages import ensure_parameters, synthesize
 
     cache = Path(os.environ.get("CUZK_PARAM_CACHE") or tempfile.mkdtemp(prefix="cuzk-params-"))
     e2e = report.data["e2e"]
 
     def prepare(profile: str):
         t = time.perf_counter()
-        groth16.ensure_parameters(cache, args.e2e_kind, profile)
+        ensure_parameters(cache, args.e2e_kind, profile)
         params = groth16.load_parameters(cache, circuits.circuit_id(args.e2e_kind, profile))
         setup_s = time.perf_counter() - t
         t = time.perf_counter()

@@ -14,7 +14,7 @@ from pathlib import Path
 from cuzk_engine import circuits, groth16
 from cuzk_engine.backend import select_backend
 from cuzk_engine.cli import add_param_cache_argument, param_cache
-from cuzk_engine.engine.stages import synthesize
+from cuzk_engine.engine.stages import ensure_parameters, synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError
 from cuzk_engine.field import MODULUS
 from cuzk_engine.vocabulary import KINDS, PROFILES
@@ -62,7 +62,7 @@ def _ensure(cache: Path, kind: str, profile: str, force: bool = False) -> float:
     started = time.perf_counter()
     if force or not (params_path.exists() and vk_path.exists()):
         print(f"setup {cid}: {groth16.NOT_TRUSTED}", file=sys.stderr)
-    groth16.ensure_parameters(cache, kind, profile, _Progress(f"setup {cid}"), force=force)
+    ensure_parameters(cache, kind, profile, _Progress(f"setup {cid}"), force=force)
     return time.perf_counter() - started
 
 

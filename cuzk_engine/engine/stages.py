@@ -57,6 +57,25 @@ def synthesize(kind: str, profile: str, seed: int, partition: int) -> Synthesis:
     return synth
 
 
+def ensure_parameters(param_cache: Path, kind: str, profile: str,
+                      progress: Callable[[int, int], None] | None = None,
+                      force: bool = False) -> None:
+    """The (kind, profile) circuit's parameter files, set up from its constraint system when
+    missing (or `force`), else checked."""
+    from cuzk_engine import circuits, groth16
+
+    groth16.ensure_parameters(param_cache, circuits.circuit_id(kind, profile),
+                              lambda: circuits.build(kind, profile, 0, 0), progress, force)
+
+
+def load_parameters(param_cache: Path, circuit_id: str) -> Any:
+    """A known circuit's parameters; an unknown id is refused before any file is opened."""
+    from cuzk_engine import circuits, groth16
+
+    circuits.parse_circuit_id(circuit_id)
+    return groth16.load_parameters(param_cache, circuit_id)
+
+
 def real_stages() -> Stages:
     from cuzk_engine import circuits, groth16
     from cuzk_engine.backend import select_backend
@@ -67,8 +86,8 @@ def real_stages() -> Stages:
         prove_start=groth16.prove_start,
         prove_finish=groth16.prove_finish,
         verify=groth16.verify,
-        ensure_parameters=groth16.ensure_parameters,
-        load_parameters=groth16.load_parameters,
+        ensure_parameters=ensure_parameters,
+        load_parameters=load_parameters,
         parameters_file_bytes=groth16.parameters_file_bytes,
         circuit_id=circuits.circuit_id,
         partition_count=circuits.partition_count,

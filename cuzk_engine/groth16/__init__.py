@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cuzk_engine import circuits
 from cuzk_engine.errors import ParameterFileError
 from cuzk_engine.groth16 import setup as _setup
 from cuzk_engine.groth16.keys import (
@@ -25,23 +24,24 @@ from cuzk_engine.groth16.prover import (
     prove_start,
 )
 from cuzk_engine.groth16.verifier import split_proofs, verify, verify_partitions
+from cuzk_engine.r1cs import ConstraintSystem
 
 
-def ensure_parameters(param_cache: Path, kind: str, profile: str,
+def ensure_parameters(param_cache: Path, circuit_id: str,
+                      constraint_system: Callable[[], ConstraintSystem],
                       progress: Callable[[int, int], None] | None = None,
                       force: bool = False) -> None:
-    """Run the seeded test setup when the files are missing (or `force`), else check the
-    .params header and size; progress(done, total) counts scalar multiplications."""
-    cid = circuits.circuit_id(kind, profile)
-    params_path, vk_path = parameter_paths(Path(param_cache), cid)
+    """Run the seeded test setup for the circuit `constraint_system()` builds when its files are
+    missing (or `force`), else check the .params header and size; progress(done, total) counts
+    scalar multiplications. The circuit is built only when a setup runs."""
+    params_path, vk_path = parameter_paths(Path(param_cache), circuit_id)
     if not force and params_path.exists() and vk_path.exists():
-        read_header(params_path, cid)
+        read_header(params_path, circuit_id)
         return
-    _setup.generate(Path(param_cache), kind, profile, progress)
+    _setup.generate(Path(param_cache), circuit_id, constraint_system(), progress)
 
 
 def load_parameters(param_cache: Path, circuit_id: str) -> Parameters:
-    circuits.parse_circuit_id(circuit_id)
     return load_parameter_files(Path(param_cache), circuit_id)
 
 

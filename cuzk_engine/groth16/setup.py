@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cuzk_engine import circuits
 from cuzk_engine.curve import FixedBase, G1Point, G2Point
 from cuzk_engine.field import MODULUS, inverse
 from cuzk_engine.groth16.keys import (
@@ -27,6 +26,7 @@ from cuzk_engine.groth16.keys import (
     write_parameter_files,
 )
 from cuzk_engine.poly import Domain
+from cuzk_engine.r1cs import ConstraintSystem
 
 CHUNK = 4096
 # below this many multiplications, worker start-up costs more than it saves
@@ -94,11 +94,10 @@ def _multiply_all(jobs: list[tuple[str, str, list[int]]],
     return {section: b"".join(parts) for section, parts in out.items()}
 
 
-def generate(param_cache: Path, kind: str, profile: str,
+def generate(param_cache: Path, cid: str, cs: ConstraintSystem,
              progress: Callable[[int, int], None] | None = None) -> None:
-    """Run the test setup for (kind, profile) and write <cid>.params and <cid>.vk atomically."""
-    cid = circuits.circuit_id(kind, profile)
-    cs = circuits.build(kind, profile, 0, 0)
+    """Run the test setup for the circuit `cs` (built with its matrices; any witness) and write
+    <cid>.params and <cid>.vk atomically."""
     num_vars, num_inputs = cs.num_variables, cs.num_inputs
     domain = Domain.for_size(cs.num_constraints)
     tau, alpha, beta, gamma, delta = _toxic_waste(cid, domain)

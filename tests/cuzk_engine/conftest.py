@@ -12,6 +12,7 @@ from pyblst import BlstP1Element, BlstP2Element, final_verify, miller_loop
 from cuzk_engine import circuits, groth16
 from cuzk_engine.engine.orchestrator import Engine
 from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.engine.stages import ensure_parameters
 from cuzk_engine.vocabulary import KINDS
 
 
@@ -19,7 +20,7 @@ from cuzk_engine.vocabulary import KINDS
 def tiny_cache(tmp_path_factory):
     cache = tmp_path_factory.mktemp("params")
     for kind in KINDS:
-        groth16.ensure_parameters(cache, kind, "tiny")
+        ensure_parameters(cache, kind, "tiny")
     return cache
 
 

@@ -4,6 +4,7 @@ import os
 import pytest
 
 from cuzk_engine import groth16
+from cuzk_engine.engine.stages import ensure_parameters, load_parameters
 from cuzk_engine.errors import InvalidRequest, ParameterFileError
 
 CID = "winning-post.tiny"
@@ -19,7 +20,7 @@ def cache(tmp_path, tiny_cache):
 def test_round_trip_and_no_regeneration(cache):
     params_path, vk_path = groth16.parameter_paths(cache, CID)
     before = params_path.stat().st_mtime_ns
-    groth16.ensure_parameters(cache, "winning-post", "tiny")
+    ensure_parameters(cache, "winning-post", "tiny")
     assert params_path.stat().st_mtime_ns == before
     params = groth16.load_parameters(cache, CID)
     assert params.circuit_id == CID and params.nbytes > 0
@@ -30,7 +31,7 @@ def test_round_trip_and_no_regeneration(cache):
 
 
 def test_setup_is_reproducible_and_leaves_no_temporary_files(tmp_path, cache):
-    groth16.ensure_parameters(tmp_path / "fresh", "winning-post", "tiny")
+    ensure_parameters(tmp_path / "fresh", "winning-post", "tiny")
     fresh = tmp_path / "fresh"
     assert sorted(p.name for p in fresh.iterdir()) == [f"{CID}.params", f"{CID}.vk"]
     assert (fresh / f"{CID}.vk").read_bytes() == (cache / f"{CID}.vk").read_bytes()
@@ -41,7 +42,7 @@ def test_truncated_file_is_a_clear_error(cache):
     data = params_path.read_bytes()
     params_path.write_bytes(data[:-100])
     for action in (lambda: groth16.load_parameters(cache, CID),
-                   lambda: groth16.ensure_parameters(cache, "winning-post", "tiny")):
+                   lambda: ensure_parameters(cache, "winning-post", "tiny")):
         with pytest.raises(ParameterFileError) as err:
             action()
         assert str(params_path) in str(err.value) and "truncated" in str(err.value)
@@ -80,13 +81,13 @@ def test_missing_files(tmp_path):
     with pytest.raises(ParameterFileError, match="missing"):
         groth16.parameters_file_bytes(tmp_path, CID)
     with pytest.raises(InvalidRequest):
-        groth16.load_parameters(tmp_path, "nope.tiny")
+        load_parameters(tmp_path, "nope.tiny")
 
 
 def test_force_regenerates_a_corrupt_file(cache):
     params_path, _ = groth16.parameter_paths(cache, CID)
     good = params_path.read_bytes()
     params_path.write_bytes(good[:50])
-    groth16.ensure_parameters(cache, "winning-post", "tiny", force=True)
+    ensure_parameters(cache, "winning-post", "tiny", force=True)
     assert params_path.read_bytes() == good
     assert not [p for p in os.listdir(cache) if p.startswith(".")]
