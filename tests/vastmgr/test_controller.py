@@ -21,6 +21,27 @@ pytestmark = pytest.mark.django_db(transaction=True)
 engine, param_cache = live_engine.engine, live_engine.param_cache
 
 
+@pytest.fixture
+async def serve():
+    """A stand-in engine answering /status and the status stream with the given handlers;
+    returns its port."""
+    runners = []
+
+    async def start(*, status, stream) -> int:
+        app = web.Application()
+        app.router.add_get("/status", status)
+        app.router.add_get("/v1/status/stream", stream)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner.addresses[0][1]
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
 async def next_row(ws, machine_id):
     """The next pushed fleet message that carries this host's row."""
     while True:
@@ -132,20 +153,14 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         await ws.disconnect()
 
 
-async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the_reason():
+async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the_reason(serve):
     async def refuse(request):
         return web.json_response({"error": "missing or wrong bearer token"}, status=401)
 
-    app = web.Application()
-    app.router.add_get("/status", refuse)
-    app.router.add_get("/v1/status/stream", refuse)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    port = await serve(status=refuse, stream=refuse)
     machine = await database_sync_to_async(Machine.objects.create)(
-        name="wrong-token", provider="local", host="127.0.0.1",
-        engine_port=runner.addresses[0][1], engine_token="not-the-engines")
+        name="wrong-token", provider="local", host="127.0.0.1", engine_port=port,
+        engine_token="not-the-engines")
     controller = FleetController(publisher=LayerPublisher(), interval=0.5)
     controller.session = aiohttp.ClientSession()
     try:
@@ -158,7 +173,6 @@ async def test_an_engine_refusing_the_controller_shows_the_host_offline_with_the
         assert not status.connected and "HTTP 401" in status.error
     finally:
         await controller.shutdown()
-        await runner.cleanup()
 
 
 async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
@@ -189,7 +203,8 @@ async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
         await controller.shutdown()
 
 
-async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_with_the_reason():
+async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_with_the_reason(
+        serve):
     async def malformed(request):
         return web.json_response({"seq": 1, "pipelines": "not a list"})
 
@@ -200,15 +215,9 @@ async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_wit
         await ws.receive()  # held open: the controller has to drop it
         return ws
 
-    app = web.Application()
-    app.router.add_get("/status", malformed)
-    app.router.add_get("/v1/status/stream", stream)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    port = await serve(status=malformed, stream=stream)
     machine = await database_sync_to_async(Machine.objects.create)(
-        name="garbled", provider="local", host="127.0.0.1", engine_port=runner.addresses[0][1])
+        name="garbled", provider="local", host="127.0.0.1", engine_port=port)
     controller = FleetController(publisher=LayerPublisher(), interval=0.5)
     controller.session = aiohttp.ClientSession()
     try:
@@ -223,4 +232,3 @@ async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_wit
         assert not status.connected and "malformed snapshot" in status.error
     finally:
         await controller.shutdown()
-        await runner.cleanup()
