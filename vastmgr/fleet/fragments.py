@@ -11,6 +11,7 @@ daemon did not report is shown as "not reported", never as 0.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -64,7 +65,9 @@ class HostView:
 
     @cached_property
     def snapshot(self) -> PartialSnapshot:
-        return self.status.snapshot if self.status and self.status.snapshot else {}
+        if self.status is None or not self.status.snapshot:
+            return {}
+        return self.status.snapshot
 
     @cached_property
     def last_seen_ts(self) -> float | None:
@@ -159,27 +162,28 @@ class HostView:
 
     @property
     def running_dph(self) -> float:
-        return float(self.machine.price_per_hour) if self.billing_active else 0.0
+        price = self.machine.price_per_hour
+        return float(price) if price is not None and self.billing_active else 0.0
 
-    def _billed_hours(self, since: float | None = None) -> float | None:
-        remote = self.billing
-        if self.machine.price_per_hour is None or remote is None or remote.billing_started is None:
+    def _billed(self, since: float | None = None) -> float | None:
+        """Dollars billed since `since` (default: since billing started); None when the
+        machine has no price or was never billed."""
+        price, remote = self.machine.price_per_hour, self.billing
+        if price is None or remote is None or remote.billing_started is None:
             return None
         start = remote.billing_started.timestamp()
         end = remote.billing_ended.timestamp() if remote.billing_ended else self.now
         if since is not None:
             start = max(start, since)
-        return max(end - start, 0.0) / 3600
+        return float(price) * (max(end - start, 0.0) / 3600)
 
     @property
     def spent(self) -> float | None:
-        hours = self._billed_hours()
-        return None if hours is None else float(self.machine.price_per_hour) * hours
+        return self._billed()
 
     @property
     def spent_24h(self) -> float | None:
-        hours = self._billed_hours(self.now - 24 * 3600)
-        return None if hours is None else float(self.machine.price_per_hour) * hours
+        return self._billed(self.now - 24 * 3600)
 
     @property
     def cost_per_proof(self) -> float | None:
@@ -196,16 +200,15 @@ class HostView:
         return float(price) / rate
 
 
-def load_hosts(now: float, machine_ids=None) -> list[HostView]:
-    machines = Machine.objects.select_related("live", "remote").exclude(
-        state=Machine.State.KILLED)
+def load_hosts(now: float, machine_ids: Iterable[int] | None = None) -> list[HostView]:
+    query = Machine.objects.select_related("live", "remote").exclude(state=Machine.State.KILLED)
     if machine_ids is not None:
-        machines = machines.filter(pk__in=machine_ids)
-    machines = list(machines)
+        query = query.filter(pk__in=machine_ids)
+    machines = list(query)
     return host_views(machines, {m.pk: getattr(m, "live", None) for m in machines}, now)
 
 
-def host_views(machines: list[Machine], statuses: dict[int, HostStatus | None],
+def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | None],
                now: float) -> list[HostView]:
     """Views of `machines` with the given live status rows (the fleet controller passes the
     state it holds in memory, which is what it writes to the database)."""
@@ -238,9 +241,10 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         count=Count("id"), oldest=Min("submitted_at"))
     oldest = queued["oldest"]
     live = [h for h in hosts if h.connection == LIVE]
-    priced = [h for h in hosts if h.spent is not None]
-    spent_24h = sum(h.spent_24h for h in priced)
-    done_priced = sum(h.done_24h for h in priced)
+    # A host without a price, or never billed, costs nothing we know of (None, not 0).
+    spent = [cost for h in hosts if (cost := h.spent) is not None]
+    spent_24h = sum(cost for h in hosts if (cost := h.spent_24h) is not None)
+    done_priced = sum(h.done_24h for h in hosts if h.spent_24h is not None)
     # Jobs the dashboard holds while a live engine has an idle worker and nothing waiting:
     # dispatch takes a tick, so only a job queued for longer than the hold counts.
     undispatched = (oldest is not None and now - oldest.timestamp() >= IDLE_FLAG_HOLD
@@ -258,7 +262,7 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         "queued_jobs": queued["count"],
         **{f"{key}_24h": value for key, value in finished.items()},
         "dph": sum(h.running_dph for h in hosts),
-        "spent": sum(h.spent for h in priced) if priced else None,
+        "spent": sum(spent) if spent else None,
         "cost_per_proof": spent_24h / done_priced if done_priced else None,
         "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts) or undispatched,
     }
@@ -373,7 +377,9 @@ def chart_series(machine: Machine, now: float, window: str = DEFAULT_WINDOW,
     ).order_by("time").values_list("time", "busy_fraction", "busy_seconds", "workers",
                                    "proofs_completed"))
     bucket = max(seconds / CHART_POINTS, sample_every)
-    times, busy, rate = [], [], []
+    times: list[int] = []
+    busy: list[float | None] = []
+    rate: list[float | None] = []
     sums = None  # [end time, seconds, proofs, busy worker-seconds, worker-seconds]
     total_proofs = total_seconds = total_busy = total_capacity = 0.0
     previous = None

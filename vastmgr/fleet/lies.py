@@ -21,7 +21,7 @@ when the snapshot did not come through `map_snapshot`.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import pairwise
 
 from cuzk_engine.vocabulary import IN_FLIGHT_PHASES, PARTITION_PHASES
@@ -52,7 +52,17 @@ class Lie:
     cause: str  # the upstream behaviour behind it
 
     def as_dict(self) -> LieRow:
-        return LieRow(**asdict(self))
+        return LieRow(code=self.code, title=self.title, meaning=self.meaning, cause=self.cause)
+
+
+@dataclass
+class Sightings:
+    """How often one kind of lie showed on a host: episodes (times it appeared), snapshots it
+    was in, first and last seen."""
+    episodes: int
+    snapshots: int
+    first_seen: float
+    last_seen: float
 
 
 TITLES = {
@@ -85,9 +95,10 @@ class LieDetector:
         self.stuck_after = stuck_after
         self.growth_span = growth_span
         self.uptime: float | None = None
-        self.settled_since: dict[tuple[str, str], float] = {}  # (job, "failed"|"done") -> first seen
+        # (job, "failed"|"done") -> first seen; a pipeline may not name its job
+        self.settled_since: dict[tuple[str | None, str], float] = {}
         self.series: dict[str, deque[tuple[float, float]]] = {}  # counter -> (time, excess)
-        self.tally: dict[str, dict] = {}
+        self.tally: dict[str, Sightings] = {}
         self.present: set[str] = set()
 
     # ---- the entry point --------------------------------------------------------------
@@ -116,18 +127,19 @@ class LieDetector:
     def tally_rows(self) -> list[LieTallyRow]:
         """Per kind of lie: episodes (times it appeared), snapshots it was in, first and last
         seen, and whether it is present now."""
-        return [LieTallyRow(code=code, title=TITLES.get(code, code), **row,
-                            present=code in self.present)
-                for code, row in sorted(self.tally.items())]
+        return [LieTallyRow(code=code, title=TITLES.get(code, code), episodes=seen.episodes,
+                            snapshots=seen.snapshots, first_seen=seen.first_seen,
+                            last_seen=seen.last_seen, present=code in self.present)
+                for code, seen in sorted(self.tally.items())]
 
     def _count(self, lies: list[Lie], now: float) -> None:
         codes = {lie.code for lie in lies}
         for code in codes:
-            row = self.tally.setdefault(code, {"episodes": 0, "snapshots": 0, "first_seen": now,
-                                               "last_seen": now})
-            row["episodes"] += code not in self.present
-            row["snapshots"] += 1
-            row["last_seen"] = now
+            seen = self.tally.setdefault(code, Sightings(episodes=0, snapshots=0, first_seen=now,
+                                                         last_seen=now))
+            seen.episodes += code not in self.present
+            seen.snapshots += 1
+            seen.last_seen = now
         self.present = codes
 
     # ---- workers and partitions -------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cuzk_engine.engine.snapshot import PartitionSnapshot
+from vastmgr.fleet.partial_snapshot import PartialPipeline
 
 # A pipeline that has nothing on a device, finalizing or done is waiting for a device.
 STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
@@ -19,18 +20,23 @@ def partition_from_json(raw: Mapping) -> PartitionSnapshot:
     return PartitionSnapshot._make(map(raw.get, PartitionSnapshot._fields))
 
 
-def phase(status: str | None, partition_states: Iterable[str]) -> str | None:
+def phase(status: str, partition_states: Iterable[str | None]) -> str:
     """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
-    `waiting` (admitted, none of its partitions on a device yet), else the engine's status."""
+    `waiting` (admitted, none of its partitions on a device yet), else the engine's status.
+    (A partition's state may be unreported: that is not a started one.)"""
     if status == "running" and not any(state in STARTED_PHASES for state in partition_states):
         return "waiting"
     return status
 
 
-def pipeline_phase(pipeline: Mapping) -> str | None:
-    """`phase` of a snapshot's pipeline JSON, reading no more than the states: the fleet page
-    asks it of every pipeline of every host whenever it renders its totals."""
-    return phase(pipeline.get("status"), (p.get("state") for p in pipeline.get("partitions", ())))
+def pipeline_phase(pipeline: PartialPipeline) -> str | None:
+    """`phase` of a snapshot's pipeline, reading no more than the states: the fleet page asks
+    it of every pipeline of every host whenever it renders its totals. None when the engine did
+    not report the pipeline's status."""
+    status = pipeline.get("status")
+    if status is None:
+        return None
+    return phase(status, (p.get("state") for p in pipeline.get("partitions", [])))
 
 
 def partition_title(partition: PartitionSnapshot) -> str:
@@ -70,7 +76,8 @@ class JobProgress:
 
     @property
     def phase(self) -> str | None:
-        return phase(self.status, (p.state for p in self.partitions))
+        """None while the engine has not been seen with the job."""
+        return None if self.status is None else phase(self.status, (p.state for p in self.partitions))
 
     def cells(self) -> list[dict]:
         """The partitions as the page's cells show them (partition_cells.html)."""

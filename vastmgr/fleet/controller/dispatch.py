@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, cast
 
@@ -28,6 +29,19 @@ log = logging.getLogger(__name__)
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
 CONCLUDE_TIMEOUT = 30.0  # seconds a stopping controller gives the results it holds
+
+
+@dataclass(frozen=True)
+class ConnectedEngine:
+    """A connected host spoken to through our engine API, with the client that reaches it
+    (an upstream daemon's host has none: it is watched, never given work)."""
+
+    live: HostLive
+    client: EngineClient
+
+    @property
+    def machine_id(self) -> int:
+        return self.live.machine_id
 
 
 class Dispatcher:
@@ -55,10 +69,17 @@ class Dispatcher:
         host = self.fleet.hosts.get(machine_id)
         return host.live if host is not None else None
 
-    def live_hosts(self) -> list[HostLive]:
+    def connected(self, machine_id: int) -> ConnectedEngine | None:
+        """The host's engine, while it is connected and spoken to through our engine API."""
+        live = self.live(machine_id)
+        if live is None or not live.connected or live.client is None:
+            return None
+        return ConnectedEngine(live, live.client)
+
+    def live_hosts(self) -> list[ConnectedEngine]:
         """Hosts that take work now: live, and spoken to through our engine API."""
         now = self.fleet.clock()
-        return [h.live for h in self.fleet.hosts.values()
+        return [ConnectedEngine(h.live, h.live.client) for h in self.fleet.hosts.values()
                 if connection_state(h.live.connected, h.live.last_seen, self.fleet.interval,
                                     now) == LIVE
                 and h.live.client is not None]
@@ -110,17 +131,17 @@ class Dispatcher:
                 self.watch_result(updated)
                 await self.publish_job(updated)
 
-    def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> HostLive | None:
+    def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> ConnectedEngine | None:
         # A draining engine refuses new jobs: leave it out until its replacement is live.
         candidates = [h for h in self.live_hosts()
-                      if isinstance(h.snapshot, EngineSnapshot) and h.snapshot.accepting]
+                      if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting]
         if job.machine_id is not None:
             candidates = [h for h in candidates if h.machine_id == job.machine_id]
         if not candidates:
             return None
 
-        def load(host: HostLive) -> tuple[int, int]:
-            snapshot = cast(EngineSnapshot, host.snapshot)
+        def load(host: ConnectedEngine) -> tuple[int, int]:
+            snapshot = cast(EngineSnapshot, host.live.snapshot)
             busy = sum(1 for p in snapshot.pipelines if p.status in ("queued", "running"))
             queue = snapshot.counters.queue_depth
             return (busy + queue + planned.get(host.machine_id, 0), host.machine_id)
@@ -129,6 +150,7 @@ class Dispatcher:
 
     def watch_result(self, job: ProofJob) -> None:
         key = str(job.pk)
+        assert job.machine_id is not None, "a job with a result to wait for is on a machine"
         if key in self.waiters and not self.waiters[key].done():
             return
         self.waiters[key] = asyncio.create_task(
@@ -148,6 +170,7 @@ class Dispatcher:
                     await asyncio.sleep(self.fleet.interval)
                     continue
                 client = live.client
+                record: dict | None
                 try:
                     record = await client.get(engine_job_id or job_id, wait=RESULT_WAIT)
                 except EngineUnreachable:
@@ -226,16 +249,15 @@ class Dispatcher:
         requests = await database_sync_to_async(jobs.cancel_requests)()
         self.cancelling &= {str(job.pk) for job in requests}
         for job in requests:
-            live = self.live(job.machine_id)
-            if str(job.pk) in self.cancelling or live is None or not live.connected \
-                    or live.client is None:
+            engine = self.connected(job.machine_id)
+            if str(job.pk) in self.cancelling or engine is None:
                 continue  # an offline machine's job is cancelled when it is re-queued
             self.cancelling.add(str(job.pk))
-            self.fleet.spawn(self._cancel_job(job, live))
+            self.fleet.spawn(self._cancel_job(job, engine.client))
 
-    async def _cancel_job(self, job: ProofJob, live: HostLive) -> None:
+    async def _cancel_job(self, job: ProofJob, client: EngineClient) -> None:
         try:
-            await live.client.cancel(job.engine_job_id or str(job.pk))
+            await client.cancel(job.engine_job_id or str(job.pk))
         except EngineUnreachable as exc:
             log.info("cancel of %s on machine %s failed, will retry: %s", job.pk, job.machine_id, exc)
             self.cancelling.discard(str(job.pk))

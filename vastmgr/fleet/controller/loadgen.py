@@ -125,7 +125,9 @@ class LoadGenerator:
             await self._runner.cleanup()
 
     def _host(self, request: web.Request) -> int:
-        return self._by_port[request.transport.get_extra_info("sockname")[1]]
+        transport = request.transport
+        assert transport is not None, "a request being handled has its connection"
+        return self._by_port[transport.get_extra_info("sockname")[1]]
 
     async def _status(self, request: web.Request) -> web.Response:
         host = self._host(request)
@@ -146,6 +148,7 @@ class LoadGenerator:
         job_id = request.match_info["job_id"]
         if job_id not in self.submissions[self._host(request)]:
             return web.json_response({"error": f"no job {job_id}"}, status=404)
+        assert self.result is not None, "the proof routes are served only with a result"
         return web.json_response({**self.result, "job_id": job_id, "request_id": job_id})
 
     async def _stream(self, request: web.Request) -> web.WebSocketResponse:
@@ -203,17 +206,26 @@ class RemoteLoadGenerator:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", __name__, "--hosts", str(self.hosts), "--rate", str(self.rate),
             stdout=asyncio.subprocess.PIPE, env=env, limit=REPORT_LIMIT)
-        self.ports = json.loads(await self.proc.stdout.readline())
+        self.ports = json.loads(await self._read_line())
 
     def go(self) -> None:
-        self.proc.send_signal(signal.SIGUSR1)
+        self._started().send_signal(signal.SIGUSR1)
 
     async def finish(self) -> None:
-        self.proc.send_signal(signal.SIGUSR2)
-        report = json.loads(await self.proc.stdout.readline())
+        self._started().send_signal(signal.SIGUSR2)
+        report = json.loads(await self._read_line())
         self.seq = report["seq"]
         self.sent_at = [{int(seq): at for seq, at in host.items()} for host in report["sent_at"]]
-        await self.proc.wait()
+        await self._started().wait()
+
+    def _started(self) -> asyncio.subprocess.Process:
+        assert self.proc is not None, "the load generator has not been started"
+        return self.proc
+
+    async def _read_line(self) -> bytes:
+        stdout = self._started().stdout
+        assert stdout is not None, "start() opens the child's stdout as a pipe"
+        return await stdout.readline()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

@@ -49,7 +49,9 @@ def fragment_event(html: str) -> dict:
 def relay_batches(messages: list[Message], limit: int = RELAY_MESSAGE_BYTES) -> list[str]:
     """The relay messages carrying `messages` in order, each under `limit` bytes unless one
     fragment alone is larger (the margin to daphne's limit covers JSON escaping)."""
-    batches, batch, size = [], [], 0
+    batches: list[str] = []
+    batch: list[Message] = []
+    size = 0
     for group, html in messages:
         cost = len(group) + len(html.encode()) + 16
         if batch and size + cost > limit:
@@ -106,14 +108,14 @@ class RelayPublisher:
         self.url = f"{scheme}://{parts.netloc}/ws/relay/"
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.session = session
-        self.ws = None
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
         # Set when a new connection replaced a lost one: the caller then resends full state,
         # because whatever was pushed while the relay was down never reached a browser.
         self.reconnected = False
         self._had_connection = False
         self._connecting = asyncio.Lock()
 
-    async def _connection(self):
+    async def _connection(self) -> aiohttp.ClientWebSocketResponse:
         async with self._connecting:
             if self.ws is None or self.ws.closed:
                 self.ws = await self.session.ws_connect(

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
+from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 from vastmgr.errors import TransportError
 from vastmgr.fleet import fragments
@@ -223,8 +224,8 @@ class FleetController:
         return HostStatus(machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot_json(),
                           error=live.error, updated=seen_at(now),
-                          snapshot_at=live.snapshot_at and seen_at(live.snapshot_at),
-                          idle_waiting_since=since and seen_at(since))
+                          snapshot_at=None if live.snapshot_at is None else seen_at(live.snapshot_at),
+                          idle_waiting_since=None if since is None else seen_at(since))
 
     def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
@@ -247,7 +248,7 @@ class FleetController:
     def _persist(self, statuses: list[HostStatus]):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
         the proof pages that changed."""
-        cancels = []
+        cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
             existing = dict(HostStatus.objects.filter(
@@ -312,6 +313,7 @@ class FleetController:
             except TransportError as exc:
                 host.live.lost(str(exc), self.clock())
                 continue
+            assert self.session is not None, "run() opens the engines' session before watching"
             watcher = watcher_for(machine, host.live, transport, self.session, self.clock,
                                   self.interval, self.connect_slots)
             host.watcher = asyncio.create_task(watcher.run(), name=f"watch-{machine_id}")
@@ -347,18 +349,18 @@ class FleetController:
         pending = await database_sync_to_async(list)(
             HostAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
         for action in pending:
-            live = self.dispatcher.live(action.machine_id)
-            if live is None or not live.connected or live.client is None:
+            engine = self.dispatcher.connected(action.machine_id)
+            if engine is None:
                 continue
             self.actions.add(action.pk)
-            self.spawn(self._run_action(action, live))
+            self.spawn(self._run_action(action, engine.client))
 
-    async def _run_action(self, action: HostAction, live: HostLive) -> None:
+    async def _run_action(self, action: HostAction, client: EngineClient) -> None:
         try:
             if action.action == HostAction.Action.PRELOAD:
-                await live.client.preload(action.circuit_id)
+                await client.preload(action.circuit_id)
             else:
-                await live.client.evict(action.circuit_id)
+                await client.evict(action.circuit_id)
             error = ""
         except (EngineUnreachable, EngineAPIError) as exc:
             error = str(exc)

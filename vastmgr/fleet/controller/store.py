@@ -20,7 +20,7 @@ def update_rows(model: type[models.Model], rows: Sequence[models.Model],
         return
     connection = connections[router.db_for_write(model)]
     quote = connection.ops.quote_name
-    columns = [model._meta.get_field(name) for name in fields]
+    columns = [_column(model, name) for name in fields]
     pk = model._meta.pk
     sql = (f"UPDATE {quote(model._meta.db_table)} SET "
            + ", ".join(f"{quote(field.column)} = %s" for field in columns)
@@ -30,3 +30,10 @@ def update_rows(model: type[models.Model], rows: Sequence[models.Model],
               for row in rows]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+def _column(model: type[models.Model], name: str) -> models.Field:
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field):  # a reverse relation or a generic foreign key
+        raise TypeError(f"{model.__name__}.{name} is not a column")
+    return field

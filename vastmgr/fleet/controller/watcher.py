@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Self, cast
 
 import aiohttp
 
@@ -73,8 +73,11 @@ class HostLive:
         """The kept snapshot as stored and rendered (converted once per snapshot)."""
         source, converted = self._json
         if source is not self.snapshot:
-            converted = (self.snapshot.to_json() if isinstance(self.snapshot, EngineSnapshot)
-                         else self.snapshot)
+            if isinstance(self.snapshot, EngineSnapshot):
+                # A complete snapshot's JSON has every key a partial one may have.
+                converted = cast(PartialSnapshot, self.snapshot.to_json())
+            else:
+                converted = self.snapshot
             self._json = (self.snapshot, converted)
         return converted
 
@@ -94,18 +97,18 @@ class RampSlot:
 
     def __init__(self, slots: asyncio.Semaphore | None):
         self.slots = slots
-        self.held = False
+        self.held: asyncio.Semaphore | None = None  # the slots acquired, until released
 
     async def __aenter__(self) -> Self:
         if self.slots is not None:
             await self.slots.acquire()
-            self.held = True
+            self.held = self.slots
         return self
 
     def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.slots.release()
+        if self.held is not None:
+            held, self.held = self.held, None
+            held.release()
 
     async def __aexit__(self, *exc) -> None:
         self.release()
