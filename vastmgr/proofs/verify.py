@@ -7,12 +7,14 @@ from cuzk_engine.groth16 import PROOF_BYTES, VerifyingKey, verify_partitions
 from vastmgr.errors import VerificationError
 
 
-def reverify(vk: dict, public_inputs, proof: bytes) -> bool:
+def reverify(vk: dict | None, public_inputs: object, proof: bytes) -> bool:
     """True when every 192-byte partition proof verifies against its public inputs.
 
     `public_inputs` is one list of field elements per partition (a flat list is accepted for
     a one-partition proof); elements may be JSON integers or decimal/0x strings.
     """
+    if vk is None:
+        raise VerificationError("the verifying key is missing")
     if not proof or len(proof) % PROOF_BYTES:
         raise VerificationError(f"proof is {len(proof)} bytes, not a multiple of {PROOF_BYTES}")
     if not isinstance(public_inputs, list):
