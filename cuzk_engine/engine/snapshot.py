@@ -11,13 +11,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from operator import attrgetter
-from typing import Any, NamedTuple, TypeVar
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 from cuzk_engine.errors import SnapshotFormatError
 from cuzk_engine.vocabulary import PARTITION_PHASES, WAITING_PHASES
-
-_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -166,32 +164,35 @@ class EngineSnapshot:
     def from_json(cls, data: object) -> EngineSnapshot:
         """The inverse of ``to_json``; raises ``SnapshotFormatError`` naming the first part that
         is missing or of the wrong shape. Keys it does not know are ignored, so an older reader
-        accepts a newer engine's snapshot."""
-        d = _object(data, "snapshot")
+        accepts a newer engine's snapshot. (The controller reads hundreds of these a second:
+        where a part is named is worked out only when one is wrong.)"""
+        d = _object(data, ())
         pipelines = []
-        for i, raw in enumerate(_list(d, "pipelines")):
-            p = _object(raw, f"pipelines[{i}]")
-            parts = [PartitionSnapshot(*_values(PartitionSnapshot._fields, pt,
-                                                f"pipelines[{i}].partitions[{j}]"))
-                     for j, pt in enumerate(_list(p, "partitions"))]
-            pipelines.append(_build(PipelineSnapshot, p, f"pipelines[{i}]", partitions=parts))
-        devices = [_build(DeviceSnapshot, raw, f"devices[{i}]")
-                   for i, raw in enumerate(_list(d, "devices"))]
-        by_kind = _object(d.get("allocations"), "allocations")
-        allocations = {kind: [_build(AllocationSnapshot, a, f"allocations.{kind}[{i}]")
-                              for i, a in enumerate(_list(by_kind, kind))]
-                       for kind in by_kind}
-        return _build(
-            cls, d, "snapshot",
-            memory=_build(MemorySnapshot, d.get("memory"), "memory"),
-            synthesis=_build(SynthesisSnapshot, d.get("synthesis"), "synthesis"),
+        for i, raw in enumerate(_list(d, "pipelines", ())):
+            where = ("pipelines", i)
+            parts = [PartitionSnapshot(*_values(PartitionSnapshot, pt, where + ("partitions", j)))
+                     for j, pt in enumerate(_list(raw, "partitions", where))]
+            # the partitions are the last field
+            pipelines.append(PipelineSnapshot(*_values(PipelineSnapshot, raw, where) + (parts,)))
+        by_kind = _object(d.get("allocations"), ("allocations",))
+        seq, version, uptime_secs, accepting = _values(EngineSnapshot, d, ())
+        return cls(
+            seq=seq, version=version, uptime_secs=uptime_secs, accepting=accepting,
+            memory=MemorySnapshot(*_values(MemorySnapshot, d.get("memory"), ("memory",))),
+            synthesis=SynthesisSnapshot(*_values(SynthesisSnapshot, d.get("synthesis"),
+                                                 ("synthesis",))),
             pipelines=pipelines,
-            gpu_workers=[_build(WorkerSnapshot, w, f"gpu_workers[{i}]")
-                         for i, w in enumerate(_list(d, "gpu_workers"))],
-            devices=devices,
-            allocations=allocations,
-            counters=_build(CountersSnapshot, d.get("counters"), "counters"),
-            buffers=_build(BuffersSnapshot, d.get("buffers"), "buffers"),
+            gpu_workers=[WorkerSnapshot(*_values(WorkerSnapshot, w, ("gpu_workers", i)))
+                         for i, w in enumerate(_list(d, "gpu_workers", ()))],
+            devices=[DeviceSnapshot(*_values(DeviceSnapshot, raw, ("devices", i)))
+                     for i, raw in enumerate(_list(d, "devices", ()))],
+            allocations={
+                kind: [AllocationSnapshot(*_values(AllocationSnapshot, a, ("allocations", kind, i)))
+                       for i, a in enumerate(_list(by_kind, kind, ("allocations",)))]
+                for kind in by_kind},
+            counters=CountersSnapshot(*_values(CountersSnapshot, d.get("counters"),
+                                               ("counters",))),
+            buffers=BuffersSnapshot(*_values(BuffersSnapshot, d.get("buffers"), ("buffers",))),
         )
 
 
@@ -208,32 +209,56 @@ def _as_dict(obj: object) -> dict[str, Any]:
     return dict(zip(names, get(obj)))
 
 
-def _object(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SnapshotFormatError(f"{where}: expected an object, got {type(value).__name__}")
+# Fields read from JSON as they are; the others are built from nested JSON by from_json.
+_NESTED = {
+    PipelineSnapshot: ("partitions",),
+    EngineSnapshot: ("memory", "synthesis", "pipelines", "gpu_workers", "devices",
+                     "allocations", "counters", "buffers"),
+}
+
+
+@functools.cache
+def _plain_fields(cls: type) -> tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple]]:
+    """A snapshot class's plain fields in order, and a getter of their values from a dict
+    (every class has at least two, so the getter returns a tuple). The nested fields come
+    last (PipelineSnapshot) or by keyword (EngineSnapshot)."""
+    names: tuple[str, ...] = getattr(cls, "_fields", ()) or tuple(f.name for f in fields(cls))
+    plain = tuple(n for n in names if n not in _NESTED.get(cls, ()))
+    return plain, itemgetter(*plain)
+
+
+def _path(where: tuple[str | int, ...]) -> str:
+    text = "snapshot"
+    for part in where:
+        text = f"{text}[{part}]" if isinstance(part, int) else f"{text}.{part}"
+    return text.removeprefix("snapshot.")
+
+
+def _object(value: object, where: tuple[str | int, ...]) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise SnapshotFormatError(f"{_path(where)}: expected an object, "
+                                  f"got {type(value).__name__}")
     return value
 
 
-def _list(source: dict[str, Any], key: str) -> list[Any]:
+def _list(source: dict[str, Any], key: str, where: tuple[str | int, ...]) -> list[Any]:
     value = source.get(key)
-    if not isinstance(value, list):
-        raise SnapshotFormatError(f"{key}: expected a list, got {type(value).__name__}")
+    if type(value) is not list:
+        raise SnapshotFormatError(f"{_path((*where, key))}: expected a list, "
+                                  f"got {type(value).__name__}")
     return value
 
 
-def _values(names: tuple[str, ...], raw: object, where: str) -> list[Any]:
+def _values(cls: type, raw: object, where: tuple[str | int, ...]) -> Any:
+    """The plain fields of ``cls`` from its JSON object, in order: a tuple to spread into the
+    constructor (``Any``, since its length is the class's and no static type can say so)."""
     d = _object(raw, where)
-    missing = [n for n in names if n not in d]
-    if missing:
-        raise SnapshotFormatError(f"{where}: missing {', '.join(missing)}")
-    return [d[n] for n in names]
-
-
-def _build(cls: type[_T], raw: object, where: str, **nested: Any) -> _T:
-    """A flat dataclass from its JSON object; ``nested`` supplies the fields already converted."""
-    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    d = {**_object(raw, where), **nested}
-    return cls(*_values(names, d, where))
+    plain, get = _plain_fields(cls)
+    try:
+        return get(d)
+    except KeyError:
+        missing = ", ".join(n for n in plain if n not in d)
+        raise SnapshotFormatError(f"{_path(where)}: missing {missing}") from None
 
 
 def snapshot_violations(snap: EngineSnapshot) -> list[str]:
