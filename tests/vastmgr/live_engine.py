@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, wait_for_http
 
 START_TIMEOUT = 60
 
@@ -37,16 +37,10 @@ class LiveEngine:
             [sys.executable, "-m", "cuzk_engine", "serve", "--listen", f"127.0.0.1:{self.port}",
              "--param-cache", str(self.param_cache), "--log-level", "warning"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                self.status()
-                return self
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        raise RuntimeError("engine did not answer /status in time")
+        proc = self.proc
+        wait_for_http(self.url + "/status", START_TIMEOUT, died=lambda: None if proc.poll() is None
+                      else f"engine exited: {proc.stderr.read()[-2000:]}")
+        return self
 
     def status(self) -> dict:
         with urllib.request.urlopen(self.url + "/status", timeout=2) as response:

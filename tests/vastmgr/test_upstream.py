@@ -36,7 +36,6 @@ from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
 from vastmgr.fleet.lies import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
 from vastmgr.proofs import forms as proof_forms
-from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
 
 engine, param_cache = live_engine.engine, live_engine.param_cache
@@ -231,7 +230,7 @@ def test_our_engines_panel_reports_everything(engine):
 def test_upstream_machines_are_offered_no_proofs_and_no_srs_actions(admin_client):
     machine = Machine.objects.create(name="curio-1", provider="local", host="127.0.0.1",
                                      engine_flavour=UPSTREAM, state="running")
-    assert "upstream cuzk daemon" in jobs.unusable_reason(machine)
+    assert "upstream cuzk daemon" in machine.unusable_reason()
     form = proof_forms.TestProofForm({"machine": machine.pk, "kind": "porep-c2", "profile": "tiny",
                           "count": 1})
     assert not form.is_valid() and "upstream cuzk daemon" in str(form.errors["machine"])

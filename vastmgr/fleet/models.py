@@ -111,6 +111,17 @@ class Machine(models.Model):
         """Whether vastmgr can submit proofs and SRS actions to this machine's engine."""
         return not self.is_upstream
 
+    def unusable_reason(self) -> str | None:
+        """Why a job pinned to this machine can never run there (None: it can, maybe later)."""
+        if self.state == self.State.KILLED:
+            return f"machine {self.name} was killed ({self.kill_reason})"
+        if not self.enabled:
+            return f"machine {self.name} is disabled"
+        if not self.can_prove:
+            return (f"machine {self.name} runs an upstream cuzk daemon, which is watched only "
+                    "(its proving API is gRPC)")
+        return None
+
     def mark_seen(self, when=None) -> None:
         self.last_seen = when or timezone.now()
         self.save(update_fields=["last_seen"])

@@ -49,18 +49,6 @@ def cancel_refused(job_id, error: str) -> None:
                      machine=job.machine, level=Event.Level.WARNING, data={"job": str(job.pk)})
 
 
-def unusable_reason(machine: Machine) -> str | None:
-    """Why a job pinned to this machine can never run there (None: it can, maybe later)."""
-    if machine.state == Machine.State.KILLED:
-        return f"machine {machine.name} was killed ({machine.kill_reason})"
-    if not machine.enabled:
-        return f"machine {machine.name} is disabled"
-    if not machine.can_prove:
-        return (f"machine {machine.name} runs an upstream cuzk daemon, which is watched only "
-                "(its proving API is gRPC)")
-    return None
-
-
 def fail(job_id, error: str) -> ProofJob | None:
     job = ProofJob.objects.filter(pk=job_id).first()
     if job is None or job.is_final:

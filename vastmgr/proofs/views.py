@@ -197,8 +197,8 @@ def unavailable_reason(machine: Machine | None) -> str | None:
     now = time.time()
     hosts = fragments.load_hosts(now, [machine.pk] if machine else None)
     if machine is not None:
-        if not machine.enabled:
-            return f"machine {machine.name} is disabled"
+        if reason := machine.unusable_reason():
+            return reason
         if not hosts or hosts[0].connection == OFFLINE:
             seen = hosts[0].seen_ago if hosts else None
             when = "never seen" if seen is None else f"last seen {seen} s ago"

@@ -98,7 +98,7 @@ class Dispatcher:
         planned: dict[int, int] = {}
         for job in queued:
             if job.machine_id is not None:
-                reason = jobs.unusable_reason(job.machine)
+                reason = job.machine.unusable_reason()
                 if reason:
                     await self.publish_job(await database_sync_to_async(jobs.fail)(job.pk, reason))
                     continue
