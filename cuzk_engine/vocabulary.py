@@ -21,6 +21,7 @@ DEFAULT_PRIORITIES: dict[str, str] = {
 
 JOB_STATUSES: tuple[str, ...] = ("queued", "running", "done", "failed", "cancelled")
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+UNFINISHED_STATUSES: frozenset[str] = frozenset(JOB_STATUSES) - TERMINAL_STATUSES
 
 # A partition's life, in order: synthesized on the CPU, proved on a device, finalized.
 PARTITION_PHASES: tuple[str, ...] = (

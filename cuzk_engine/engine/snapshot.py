@@ -15,7 +15,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from cuzk_engine.errors import SnapshotFormatError
-from cuzk_engine.vocabulary import PARTITION_PHASES, WAITING_PHASES
+from cuzk_engine.vocabulary import PARTITION_PHASES, UNFINISHED_STATUSES, WAITING_PHASES
 
 
 @dataclass(slots=True)
@@ -298,8 +298,8 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
             bad.append(f"{p.job_id}: done with partitions {states}")
         if p.status in ("failed", "cancelled") and any(s in WAITING_PHASES for s in states):
             bad.append(f"{p.job_id}: {p.status} but partitions still waiting: {states}")
-        if p.status in ("queued", "running") and any(s in ("failed", "cancelled")
-                                                     for s in states):
+        if p.status in UNFINISHED_STATUSES and any(s in ("failed", "cancelled")
+                                                   for s in states):
             bad.append(f"{p.job_id}: {p.status} with settled-bad partitions {states}")
         if p.status == "failed" and not p.error:
             bad.append(f"{p.job_id}: failed without a reason")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 from django.db import transaction
 
-from cuzk_engine.vocabulary import PRIORITY_RANK
+from cuzk_engine.vocabulary import PRIORITY_RANK, UNFINISHED_STATUSES
 from vastmgr.errors import VerificationError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.verify import reverify
@@ -128,7 +128,7 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     controller crash; engine job ids to cancel: the job now belongs elsewhere or is over).
     """
     active = [p for p in pipelines
-              if _is_uuid(p.get("request_id")) and p.get("status") in ("queued", "running")]
+              if _is_uuid(p.get("request_id")) and p.get("status") in UNFINISHED_STATUSES]
     if not active:
         return [], []
     jobs = {str(j.pk): j for j in ProofJob.objects.filter(pk__in=[p["request_id"] for p in active])}

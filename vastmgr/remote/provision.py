@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import CuzkError
-from cuzk_engine.vocabulary import KINDS
+from cuzk_engine.vocabulary import KINDS, TERMINAL_STATUSES
 from vastmgr.errors import ProvisionError, SSHError, VerificationError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.verify import reverify
@@ -484,7 +484,7 @@ class Provisioner:
         deadline = time.monotonic() + self.plan.step_timeout_s
         while True:
             result = await client.get(job_id, wait=60)
-            if result.get("status") in {"done", "failed", "cancelled"}:
+            if result.get("status") in TERMINAL_STATUSES:
                 return result
             if time.monotonic() > deadline:
                 raise ProvisionError("benchmark", f"test proof still {result.get('status')}")

@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable, SnapshotFormatError
+from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
@@ -142,7 +143,7 @@ class Dispatcher:
 
         def load(host: ConnectedEngine) -> tuple[int, int]:
             snapshot = cast(EngineSnapshot, host.live.snapshot)
-            busy = sum(1 for p in snapshot.pipelines if p.status in ("queued", "running"))
+            busy = sum(1 for p in snapshot.pipelines if p.status in UNFINISHED_STATUSES)
             queue = snapshot.counters.queue_depth
             return (busy + queue + planned.get(host.machine_id, 0), host.machine_id)
 
@@ -179,7 +180,7 @@ class Dispatcher:
                 except EngineAPIError as exc:
                     record = None if exc.status == 404 else {
                         "status": "failed", "error": f"engine refused the lookup: {exc}"}
-                if record is None or record.get("status") in ("done", "failed", "cancelled"):
+                if record is None or record.get("status") in TERMINAL_STATUSES:
                     # An outcome in hand is written even if the controller is stopping now.
                     concluding = asyncio.ensure_future(
                         self._conclude(job_id, machine_id, client, record))
