@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 from django.db import transaction
 
+from cuzk_engine.engine.snapshot import PipelineSnapshot
 from cuzk_engine.vocabulary import PRIORITY_RANK, UNFINISHED_STATUSES
 from vastmgr.errors import VerificationError
 from vastmgr.fleet.models import Event, Machine
@@ -166,14 +167,14 @@ class EngineResult:
 
 
 def record_result(job_id, machine_id: int, record: dict,
-                  pipeline: dict | None) -> ProofJob | None:
+                  pipeline: PipelineSnapshot | None) -> ProofJob | None:
     job = ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).first()
     if job is None:
         return None
     result = EngineResult.from_json(record)
     changes: dict = {"timings": result.timings or {}}
     if pipeline is not None:
-        changes["progress"] = JobProgress.from_json(pipeline).to_json()
+        changes["progress"] = JobProgress.of_pipeline(pipeline).to_json()
     if result.status == "cancelled":
         if result.cancelled_by != "request":
             # The engine's own shutdown (or an engine too old to say) cancelled it: nobody

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cuzk_engine.engine.snapshot import PartitionSnapshot
+from cuzk_engine.engine.snapshot import PartitionSnapshot, PipelineSnapshot
 from vastmgr.fleet.partial_snapshot import PartialPipeline
 
 # A pipeline that has nothing on a device, finalizing or done is waiting for a device.
@@ -66,6 +66,11 @@ class JobProgress:
             return cls()
         return cls(data.get("status"), data.get("error"),
                    tuple(partition_from_json(p) for p in data.get("partitions", ())))
+
+    @classmethod
+    def of_pipeline(cls, pipeline: PipelineSnapshot) -> JobProgress:
+        """From our engine's typed pipeline."""
+        return cls(pipeline.status, pipeline.error, tuple(pipeline.partitions))
 
     def to_json(self) -> dict:
         return {"status": self.status, "error": self.error,

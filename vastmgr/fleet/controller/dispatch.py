@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 from channels.db import database_sync_to_async
 
 from cuzk_engine.daemon.client import EngineClient
-from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.engine.snapshot import EngineSnapshot, PipelineSnapshot
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable, SnapshotFormatError
 from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
 from vastmgr.fleet.faults import FaultRecorder
@@ -208,15 +208,15 @@ class Dispatcher:
         await self.publish_job(job)
 
     async def _final_pipeline(self, client: EngineClient, record: dict,
-                              job_id: str) -> dict | None:
+                              job_id: str) -> PipelineSnapshot | None:
         """The job's last partition timings, from /status while the engine still retains it."""
         try:
             snapshot = await client.snapshot()
         except (EngineUnreachable, EngineAPIError, SnapshotFormatError):
             return None
-        for index, pipeline in enumerate(snapshot.pipelines):
+        for pipeline in snapshot.pipelines:
             if pipeline.request_id == job_id or pipeline.job_id == record.get("job_id"):
-                return snapshot.to_json()["pipelines"][index]
+                return pipeline
         return None
 
     @database_sync_to_async
