@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from cuzk_engine.groth16 import PROOF_BYTES
 from cuzk_engine.vocabulary import PARTITION_PHASES
 from vastmgr.fleet.fragments import fleet_group, host_group, render_toast
 
@@ -23,7 +24,6 @@ PHASE_LABELS = {
     "failed": "failed",
     "cancelled": "cancelled",
 }
-PROOF_BYTES_PER_PARTITION = 192
 
 
 def proof_group(job_id) -> str:
@@ -79,8 +79,7 @@ def proof_context(job: ProofJob) -> dict:
         "done": progress.count("done"),
         "phases": [(phase, PHASE_LABELS[phase]) for phase in PARTITION_PHASES],
         "gantt": gantt(progress),
-        "proof_chunks": [proof[i:i + PROOF_BYTES_PER_PARTITION].hex()
-                         for i in range(0, len(proof), PROOF_BYTES_PER_PARTITION)],
+        "proof_chunks": [proof[i:i + PROOF_BYTES].hex() for i in range(0, len(proof), PROOF_BYTES)],
         "proof_len": len(proof),
         "progress": job.progress_summary(),
     }
