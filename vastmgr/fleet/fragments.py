@@ -243,8 +243,9 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
     live = [h for h in hosts if h.connection == LIVE]
     # A host without a price, or never billed, costs nothing we know of (None, not 0).
     spent = [cost for h in hosts if (cost := h.spent) is not None]
-    spent_24h = sum(cost for h in hosts if (cost := h.spent_24h) is not None)
-    done_priced = sum(h.done_24h for h in hosts if h.spent_24h is not None)
+    billed_24h = [(cost, h.done_24h) for h in hosts if (cost := h.spent_24h) is not None]
+    spent_24h = sum(cost for cost, _ in billed_24h)
+    done_priced = sum(done for _, done in billed_24h)
     # Jobs the dashboard holds while a live engine has an idle worker and nothing waiting:
     # dispatch takes a tick, so only a job queued for longer than the hold counts.
     undispatched = (oldest is not None and now - oldest.timestamp() >= IDLE_FLAG_HOLD
