@@ -54,7 +54,7 @@ def blst_verify(vk_json: dict, public_inputs: list[int], proof: bytes) -> bool:
 async def snapshot_when(engine: Engine, holds: Callable[[EngineSnapshot], bool], what: str,
                         timeout: float = 10.0) -> EngineSnapshot:
     """The first snapshot of ``engine`` for which ``holds`` is true. Woken by the tracker's
-    change notifications, so it sees every state the engine passes through, at once."""
+    change notifications: it looks again as soon as anything changed, never on a timer."""
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
 
