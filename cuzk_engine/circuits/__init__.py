@@ -61,8 +61,10 @@ PARTITIONS = {"winning-post": 1, "window-post": 1, "snap-update": SNAP_PARTITION
               "porep-c2": POREP_PARTITIONS}
 
 # each takes (cs, its kind's shape, labels, partition)
-_SYNTHESIZERS: dict[str, Callable[..., None]] = {"winning-post": synthesize_post, "window-post": synthesize_post,
-                 "snap-update": synthesize_snap, "porep-c2": synthesize_porep}
+_SYNTHESIZERS: dict[str, Callable[..., None]] = {
+    "winning-post": synthesize_post, "window-post": synthesize_post,
+    "snap-update": synthesize_snap, "porep-c2": synthesize_porep,
+}
 
 
 def check_kind_profile(kind: str, profile: str) -> None:
