@@ -58,7 +58,11 @@ def secret_key(data: Path) -> str:
 def database(data: Path) -> dj_database_url.DBConfig:
     url = os.environ.get("DATABASE_URL")
     if not url:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3")}
+        # Tests get a file too, not SQLite's shared in-memory database: there a write from one
+        # thread fails at once ("table is locked") where the file waits its turn, as it does
+        # for the dashboard, the controller and the automation sharing var/vastmgr.sqlite3.
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
+                "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     except (ValueError, KeyError) as exc:
