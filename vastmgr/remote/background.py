@@ -15,6 +15,7 @@ Progress and results reach the page through Events, which the machine page polls
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import logging
 import threading
 
@@ -31,7 +32,7 @@ _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _in_flight: set[concurrent.futures.Future] = set()
 # A page or an action waits for at most two connect attempts before it reports the host down.
-pool = LinkPool(backoff=Backoff(attempts=2))
+pool = LinkPool(backoff=dataclasses.replace(Backoff.from_env(), attempts=2))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:

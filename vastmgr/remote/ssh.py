@@ -8,15 +8,18 @@ listens on the host's loopback only; `MachineLink.tunnel()` forwards a local por
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from vastmgr.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
 from vastmgr.fleet.models import Event, Machine
@@ -88,6 +91,10 @@ def _record_failure(machine_id: int, message: str, kind: str) -> None:
     Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
 
 
+def _record_next_attempt(machine_id: int, message: str) -> None:
+    RemoteHost.objects.filter(machine_id=machine_id).update(last_error=message)
+
+
 def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is None:
@@ -149,18 +156,45 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
 
 @dataclass
 class Backoff:
-    """Exponential backoff with full jitter, so many hosts that fail together retry apart."""
+    """How a link retries a host that keeps failing: exponential, with jitter, so many hosts that
+    fail together retry apart.
 
-    initial_s: float = 1.0
-    maximum_s: float = 60.0
+    `attempts` connects are tried within one call (a page's second try after a short wait).
+    Once a call has failed them all, the link waits before it tries the host again, whoever
+    asks: the n-th wait in a row is drawn from [d/2, d] with d = initial_s * factor**(n-1),
+    capped at maximum_s. With the defaults a host that stays down is tried at about 0, 2, 6,
+    14, 30, 62, 126, 254, 510 s...: 9 logins or connects in its first 10 minutes, one every
+    5 minutes after that.
+    """
+
+    initial_s: float = 2.0
+    maximum_s: float = 300.0
     factor: float = 2.0
-    attempts: int = 5
+    attempts: int = 1
+
+    @classmethod
+    def from_env(cls) -> "Backoff":
+        """The defaults, or VASTMGR_SSH_RETRY_MIN_S / VASTMGR_SSH_RETRY_MAX_S (the first and
+        the longest wait, in seconds)."""
+        try:
+            initial = float(os.environ.get("VASTMGR_SSH_RETRY_MIN_S", cls.initial_s))
+            maximum = float(os.environ.get("VASTMGR_SSH_RETRY_MAX_S", cls.maximum_s))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"VASTMGR_SSH_RETRY_MIN_S/MAX_S: {exc}") from None
+        if not 0 < initial <= maximum:
+            raise ImproperlyConfigured("VASTMGR_SSH_RETRY_MIN_S must be > 0 and at most "
+                                       "VASTMGR_SSH_RETRY_MAX_S")
+        return cls(initial_s=initial, maximum_s=maximum)
 
     def delays(self):
-        delay = self.initial_s
-        for _ in range(self.attempts - 1):
-            yield random.uniform(0, delay)
-            delay = min(delay * self.factor, self.maximum_s)
+        """The waits between the attempts of one call."""
+        for n in range(1, self.attempts):
+            yield self.wait(n)
+
+    def wait(self, failures: int) -> float:
+        """The wait after `failures` failed calls in a row (>= 1)."""
+        delay = min(self.initial_s * self.factor ** (failures - 1), self.maximum_s)
+        return random.uniform(delay / 2, delay)
 
 
 @dataclass(frozen=True)
@@ -178,51 +212,87 @@ class CommandResult:
 class MachineLink:
     """The one SSH connection to one machine: reconnects with backoff, carries tunnels and commands.
 
-    Authentication failures and host-key changes are not retried: trying again cannot fix them.
+    Every user of the link (the controller's tunnel and its retries, pages, actions) shares the
+    connection, and with it the backoff: after a failed call, calls until the next attempt time
+    fail at once with the last error and that time, without touching the host. An operator's
+    explicit action may ask for an attempt now (`retry_now`).
+
     An outage is one error Event (its first failure, or a different failure later) and one
     Event when the connection is back, with the number of failed attempts; the machine's
     last_error is cleared then.
     """
 
     def __init__(self, machine_id: int, *, backoff: Backoff | None = None,
-                 sleep: Callable[[float], Awaitable] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self.machine_id = machine_id
         self.backoff = backoff or Backoff()
         self._sleep = sleep
+        self._clock = clock
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._tunnels: dict[int, asyncssh.SSHListener] = {}
         self._outage: tuple[float, int, str] | None = None  # (since, attempts, last message)
+        self.failed_calls = 0  # calls in a row that found the host unreachable
+        self.next_attempt: float | None = None  # on self._clock; None: try at once
+        self.attempts = 0  # connects tried since the link was made (logins, when they work)
 
     async def _target(self) -> SSHTarget:
         machine = await Machine.objects.aget(pk=self.machine_id)
         return await sync_to_async(load_target)(machine)
+
+    def retry_now(self) -> None:
+        """The next call connects at once, whatever the backoff said (an operator pressed a
+        button for this host)."""
+        self.next_attempt = None
+
+    def waiting(self) -> float:
+        """Seconds until the next attempt; 0 when a call may connect now."""
+        if self.next_attempt is None:
+            return 0.0
+        return max(0.0, self.next_attempt - self._clock())
 
     async def connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
             self._tunnels.clear()
+            if wait := self.waiting():
+                raise self._backing_off(wait)
             delays = self.backoff.delays()
             while True:
+                self.attempts += 1
                 try:
                     self._conn = await open_connection(await self._target())
-                except (HostKeyChanged, SSHAuthFailed) as exc:
-                    await self._failed(exc)
-                    raise
                 except SSHError as exc:
                     await self._failed(exc)
                     delay = next(delays, None)
-                    if delay is None:
+                    # A refused key or a changed host key is not fixed by trying again now.
+                    if delay is None or isinstance(exc, HostKeyChanged | SSHAuthFailed):
+                        self.failed_calls += 1
+                        wait = self.backoff.wait(self.failed_calls)
+                        self.next_attempt = self._clock() + wait
+                        await sync_to_async(_record_next_attempt)(
+                            self.machine_id, self._with_next_attempt(str(exc), wait))
                         raise
                     await self._sleep(delay)
                     continue
+                self.failed_calls, self.next_attempt = 0, None
                 if self._outage is not None:
                     since, attempts, _ = self._outage
                     self._outage = None
                     await sync_to_async(_record_recovery)(self.machine_id, attempts,
                                                           time.monotonic() - since)
                 return self._conn
+
+    def _backing_off(self, wait: float) -> SSHError:
+        return SSHError(self._with_next_attempt(self._outage[2] if self._outage else
+                                                "unreachable", wait))
+
+    @staticmethod
+    def _with_next_attempt(message: str, wait: float) -> str:
+        at = datetime.now(UTC) + timedelta(seconds=wait)
+        return f"{message}; next attempt at {at:%H:%M:%S} UTC"
 
     async def _failed(self, exc: SSHError) -> None:
         message = str(exc)
