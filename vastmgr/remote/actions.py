@@ -13,35 +13,31 @@ LABELS = {"test": "Test connection", "provision": "Provision", "stop": "Stop eng
 # Actions that run in the background; the others answer the page themselves.
 LAUNCHED = ("provision", "stop", "start", "restart", "upgrade")
 _BUSY = (State.PROVISIONING, State.PARAMS_READY, State.BENCHMARKED)
+_NOT_PROVISIONED = "not provisioned yet: Provision it first"
+# Action → the states that refuse it, and why; any other state (not busy) allows it.
+_REFUSED: dict[str, dict[str, str]] = {
+    "test": {}, "provision": {},
+    "stop": {State.REGISTERED: _NOT_PROVISIONED, State.STOPPED: "the engine is already stopped"},
+    "start": {State.REGISTERED: _NOT_PROVISIONED, State.RUNNING: "the engine is running"},
+    "restart": {State.REGISTERED: _NOT_PROVISIONED,
+                State.STOPPED: "the engine is stopped: Start it"},
+    "upgrade": {State.REGISTERED: _NOT_PROVISIONED},
+}
 
 
 def why_not(machine: Machine, action: str) -> str:
     """Why `action` cannot be done to `machine` now; '' when it can."""
+    if action not in _REFUSED:
+        return f"unknown action {action!r}"
     if machine.state == State.KILLED:
         return "destroyed"
     if machine.provider == Machine.Provider.LOCAL:
         return "a local engine without SSH"
     if machine.is_upstream and action != "test":
         return "runs Curio's cuzk daemon, which vastmgr only watches"
-    if action == "test":
-        return ""
-    if machine.state in _BUSY:
+    if action != "test" and machine.state in _BUSY:
         return "provisioning is in progress"
-    never_provisioned = "not provisioned yet: Provision it first"
-    if action == "provision":
-        return ""
-    if action == "stop":
-        return {State.REGISTERED: never_provisioned,
-                State.STOPPED: "the engine is already stopped"}.get(machine.state, "")
-    if action == "start":
-        return "" if machine.state == State.STOPPED else {
-            State.REGISTERED: never_provisioned}.get(machine.state, "the engine is running")
-    if action == "restart":
-        return {State.REGISTERED: never_provisioned,
-                State.STOPPED: "the engine is stopped: Start it"}.get(machine.state, "")
-    if action == "upgrade":
-        return never_provisioned if machine.state == State.REGISTERED else ""
-    return f"unknown action {action!r}"
+    return _REFUSED[action].get(machine.state, "")
 
 
 def offered(machine: Machine) -> list[tuple[str, str, str]]:

@@ -85,10 +85,15 @@ def _pin(machine_id: int, public_key: str) -> None:
 
 
 def _record_failure(machine_id: int, message: str, kind: str) -> None:
+    """One Event per outage, however many processes (controller, dashboard, automation) find
+    the host down: the first to write the message into last_error records it."""
     machine = Machine.objects.filter(pk=machine_id).first()
-    if machine is not None:
-        RemoteHost.objects.filter(machine=machine).update(last_error=message)
-    Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
+    if machine is None:
+        return
+    first = RemoteHost.objects.filter(machine=machine).exclude(
+        last_error__startswith=message).update(last_error=message)
+    if first or not RemoteHost.objects.filter(machine=machine).exists():
+        Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
 
 
 def _record_next_attempt(machine_id: int, message: str) -> None:
@@ -96,13 +101,14 @@ def _record_next_attempt(machine_id: int, message: str) -> None:
 
 
 def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
+    """One Event when the host is back: by the first process to clear last_error."""
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is None:
         return
-    RemoteHost.objects.filter(machine=machine).update(last_error="")
-    Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
-                        f"attempt(s) over {seconds:.0f} s", machine=machine,
-                 data={"attempts": attempts, "seconds": round(seconds, 1)})
+    if RemoteHost.objects.filter(machine=machine).exclude(last_error="").update(last_error=""):
+        Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
+                            f"attempt(s) over {seconds:.0f} s", machine=machine,
+                     data={"attempts": attempts, "seconds": round(seconds, 1)})
 
 
 async def _presented_key(target: SSHTarget) -> str:
@@ -111,9 +117,13 @@ async def _presented_key(target: SSHTarget) -> str:
     return key.export_public_key().decode().strip() if key else ""
 
 
-async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
+async def open_connection(target: SSHTarget, *, refused_message: str = ""
+                          ) -> asyncssh.SSHClientConnection:
     """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin.
-    Failures are raised, not recorded: MachineLink records one Event per outage."""
+    Failures are raised, not recorded: MachineLink records one Event per outage.
+
+    Naming the key a host presents instead of the pinned one costs a second connection; a link
+    that already did gives its message as `refused_message`, so a retry is one connection."""
     # No known_hosts: the first key is pinned below. A pin is the only key accepted.
     known_hosts: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None = None
     key_algs: Sequence[str] = HOST_KEY_PREFERENCE
@@ -131,6 +141,8 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
             keepalive_interval=KEEPALIVE_INTERVAL_S, keepalive_count_max=KEEPALIVE_COUNT_MAX,
         ), CONNECT_TIMEOUT_S)
     except asyncssh.HostKeyNotVerifiable:
+        if refused_message:
+            raise HostKeyChanged(refused_message) from None
         try:
             presented = fingerprint(await _presented_key(target))
         except (TimeoutError, OSError, asyncssh.Error):
@@ -232,7 +244,8 @@ class MachineLink:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._tunnels: dict[int, asyncssh.SSHListener] = {}
-        self._outage: tuple[float, int, str] | None = None  # (since, attempts, last message)
+        # (since, attempts, last message, whether it was a changed host key)
+        self._outage: tuple[float, int, str, bool] | None = None
         self.failed_calls = 0  # calls in a row that found the host unreachable
         self.next_attempt: float | None = None  # on self._clock; None: try at once
         self.attempts = 0  # connects tried since the link was made (logins, when they work)
@@ -262,8 +275,10 @@ class MachineLink:
             delays = self.backoff.delays()
             while True:
                 self.attempts += 1
+                refused = self._outage[2] if self._outage and self._outage[3] else ""
                 try:
-                    self._conn = await open_connection(await self._target())
+                    self._conn = await open_connection(await self._target(),
+                                                       refused_message=refused)
                 except SSHError as exc:
                     await self._failed(exc)
                     delay = next(delays, None)
@@ -279,7 +294,7 @@ class MachineLink:
                     continue
                 self.failed_calls, self.next_attempt = 0, None
                 if self._outage is not None:
-                    since, attempts, _ = self._outage
+                    since, attempts, _, _ = self._outage
                     self._outage = None
                     await sync_to_async(_record_recovery)(self.machine_id, attempts,
                                                           time.monotonic() - since)
@@ -296,8 +311,8 @@ class MachineLink:
 
     async def _failed(self, exc: SSHError) -> None:
         message = str(exc)
-        since, attempts, last = self._outage or (time.monotonic(), 0, "")
-        self._outage = (since, attempts + 1, message)
+        since, attempts, last, _ = self._outage or (time.monotonic(), 0, "", False)
+        self._outage = (since, attempts + 1, message, isinstance(exc, HostKeyChanged))
         if message != last:
             kind = "ssh_host_key" if isinstance(exc, HostKeyChanged) else "ssh"
             await sync_to_async(_record_failure)(self.machine_id, message, kind)

@@ -65,3 +65,25 @@ def test_the_offers_page_asks_for_a_key_and_stores_it_without_showing_it(staff):
     staff.post("/remote/offers/api-key/", {"api_key": "vast-key-abc123-def456"})
     page = staff.get("/remote/offers/").content.decode()
     assert "stored (encrypted)" in page and "vast-key-abc123-def456" not in page
+
+
+def test_an_action_the_state_does_not_allow_is_refused_with_the_reason(staff):
+    machine = Machine.objects.create(name="m3", host="h")
+    page = staff.get(f"/remote/machines/{machine.pk}/").content.decode()
+    assert '<button disabled title="Start engine: not provisioned yet' in page
+    for action in ("stop", "start", "restart", "upgrade"):
+        response = staff.post(f"/remote/machines/{machine.pk}/{action}/", follow=True)
+        assert f"m3: cannot {action} (not provisioned yet" in response.content.decode()
+    assert not machine.events.filter(message__contains="requested by").exists()
+
+
+def test_a_key_file_others_can_read_is_refused(staff, tmp_path):
+    key = tmp_path / "id"
+    key.write_text(asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode())
+    key.chmod(0o644)
+    form = {"name": "gpu-c", "host": "h", "ssh_port": 22, "ssh_user": "root",
+            "private_key": "", "key_file": str(key)}
+    assert "chmod 600" in staff.post("/remote/hosts/add/", form).content.decode()
+    key.chmod(0o600)
+    assert staff.post("/remote/hosts/add/", form).status_code == 302
+    assert RemoteHost.objects.get(machine__name="gpu-c").key_file == str(key)
