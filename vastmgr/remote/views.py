@@ -140,7 +140,10 @@ def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> H
     elif action == "clear-host-key":
         machine.ssh_host_key = ""
         machine.save(update_fields=["ssh_host_key", "updated"])
-        background.run(lambda: background.pool.drop(machine.pk), LOG_TIMEOUT_S)  # re-pin
+        try:  # the next connection pins whatever key the host presents
+            background.run(lambda: background.pool.drop(machine.pk), LOG_TIMEOUT_S)
+        except TimeoutError:
+            pass  # the old connection is still closing; the next one is new either way
         Event.record("ssh_host_key", f"{machine.name}: pinned host key cleared by {user}",
                      machine=machine, level=Event.Level.WARNING)
     elif action == "destroy":

@@ -274,8 +274,9 @@ def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
                  f"/hosts/{machine}/", "/"):
         answer = operator.get(path)
         assert answer.status == 200 and answer.seconds < 12, (path, answer.seconds)
-    log_answer = operator.get(f"/remote/machines/{machine}/log/").body
-    assert "log unavailable" in log_answer and "next attempt at" in log_answer
+    log_answer = operator.get(f"/remote/machines/{machine}/log/")
+    assert "log unavailable" in log_answer.body and "next attempt at" in log_answer.body
+    assert "delay:5s" not in log_answer.body, "a dead host is polled when it is tried again"
     sshd.start()
     wait_live(stack, machine, timeout=30)
     outage = [(level, message) for _, level, message in events_of(stack, machine, mark)
@@ -315,5 +316,6 @@ def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
     answer = operator.post("/remote/hosts/add/", host_form(name, sshd.port, sshd.user,
                                                            key_file))
     assert answer.status == 200 and machine_id(stack, name) != machine
-    print(f"provision {provision_s:.0f} s; logins during a crash revival: {revive_logins}; "
+    print(f"provision {provision_s:.0f} s; log page of a host that is down: "
+          f"{log_answer.seconds:.2f} s; logins during a crash revival: {revive_logins}; "
           f"connections in 30 s to a host refusing our key: {key_change_connections}")
