@@ -1,5 +1,7 @@
 """Pages: adding a host stores its key encrypted and never shows it; offers; staff-only actions."""
 
+import re
+
 import asyncssh
 import pytest
 from django.contrib.auth.models import User
@@ -87,3 +89,21 @@ def test_a_key_file_others_can_read_is_refused(staff, tmp_path):
     key.chmod(0o600)
     assert staff.post("/remote/hosts/add/", form).status_code == 302
     assert RemoteHost.objects.get(machine__name="gpu-c").key_file == str(key)
+
+
+@pytest.mark.django_db(transaction=True)  # the SSH loop's thread reads the machine too
+def test_the_log_of_a_host_backing_off_answers_at_once_and_polls_when_it_is_tried_again(staff):
+    from vastmgr.remote import background
+
+    machine = Machine.objects.create(name="m4", host="127.0.0.1", ssh_port=1,
+                                     state=Machine.State.RUNNING, engine_token="t")
+    link = background.pool.get(machine.pk)
+    link.next_attempt = link._clock() + 120  # a host that has failed for a while
+    try:
+        response = staff.get(f"/remote/machines/{machine.pk}/log/")
+        html = response.content.decode()
+        assert "log unavailable" in html and "next attempt at" in html
+        delay = int(re.search(r"load delay:(\d+)s", html).group(1))
+        assert 110 <= delay <= 120, delay
+    finally:
+        link.retry_now()
