@@ -245,12 +245,16 @@ def test_upstream_machines_are_offered_no_proofs_and_no_srs_actions(admin_client
 
 
 @pytest.mark.django_db
-def test_the_add_host_form_offers_the_flavour(admin_client):
+def test_the_add_host_form_offers_the_flavour(admin_client, tmp_path):
     page = admin_client.get("/remote/hosts/add/").content.decode()
     assert 'value="cuzk-upstream"' in page
+    key_file = tmp_path / "id_ed25519"  # the form checks that it exists and is private
+    key_file.write_text(asyncssh.generate_private_key("ssh-ed25519").export_private_key()
+                        .decode())
+    key_file.chmod(0o600)
     answer = admin_client.post("/remote/hosts/add/", {
         "name": "curio-ssh", "host": "10.0.0.5", "ssh_port": 22, "ssh_user": "root",
-        "engine_port": 9821, "key_file": "/keys/id_ed25519", "engine_flavour": UPSTREAM})
+        "engine_port": 9821, "key_file": str(key_file), "engine_flavour": UPSTREAM})
     assert answer.status_code == 302
     machine = Machine.objects.get(name="curio-ssh")
     # Nothing of ours to provision: it is running (and watched through the tunnel) at once.

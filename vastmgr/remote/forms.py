@@ -1,3 +1,6 @@
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -6,6 +9,8 @@ from django import forms
 from vastmgr.fleet.models import Machine
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
+MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused
+API_KEY_MIN_LENGTH = 16  # Vast keys are 64 hex digits; anything this short is not a key
 
 
 class SecretTextarea(forms.Textarea):
@@ -34,14 +39,45 @@ class AddHostForm(forms.Form):
                                   help_text="Stored encrypted; never shown again")
     key_file = forms.CharField(required=False, max_length=500,
                                help_text="Or a key file on the dashboard host")
-    price_per_hour = forms.DecimalField(required=False, min_value=0, max_digits=8,
-                                        decimal_places=4)
+    price_per_hour = forms.DecimalField(
+        required=False, min_value=0, max_value=MAX_PRICE_PER_HOUR, max_digits=8,
+        decimal_places=4, label="Price per hour ($)",
+        help_text=f"What the host costs, 0 to {MAX_PRICE_PER_HOUR} $/h; empty when it is free")
 
     def clean_name(self):
         name = self.cleaned_data["name"]
-        if Machine.objects.filter(name=name).exists():
+        # A destroyed machine's name is free again (its row keeps its history under another).
+        if Machine.objects.filter(name=name).exclude(state=Machine.State.KILLED).exists():
             raise forms.ValidationError("a machine with this name exists")
         return name
+
+    def clean_key_file(self) -> str:
+        """The file must be there, readable by the dashboard, private to its owner (as ssh
+        itself insists) and hold an unencrypted private key."""
+        given = self.cleaned_data["key_file"].strip()
+        if not given:
+            return ""
+        path = Path(given).expanduser()
+        if not path.is_absolute():
+            raise forms.ValidationError("give the key file's absolute path on the dashboard host")
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise forms.ValidationError(f"{path}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise forms.ValidationError(f"{path} is not a file")
+        if mode & 0o077:
+            raise forms.ValidationError(
+                f"{path} can be read by other users (mode {stat.S_IMODE(mode):04o}): "
+                f"chmod 600 {path}")
+        if not os.access(path, os.R_OK):
+            raise forms.ValidationError(f"{path} is not readable by the dashboard's user")
+        try:
+            asyncssh.read_private_key(path)
+        except (asyncssh.KeyImportError, OSError, ValueError):
+            raise forms.ValidationError(f"{path} holds no readable unencrypted private "
+                                        "key") from None
+        return str(path)
 
     def clean_engine_flavour(self):
         return self.cleaned_data["engine_flavour"] or Machine.Flavour.CUZK_ENGINE
@@ -53,8 +89,11 @@ class AddHostForm(forms.Form):
         super().clean()
         data = self.cleaned_data
         key, key_file = data.get("private_key", "").strip(), data.get("key_file", "").strip()
-        if bool(key) == bool(key_file):
+        if key and key_file:
             raise forms.ValidationError("give either a private key or a key file, not both")
+        if not key and not key_file and "key_file" not in self.errors:
+            self.add_error("private_key", "the SSH private key is missing: paste it here, or "
+                                          "give a key file below")
         if key:
             try:
                 asyncssh.import_private_key(key)
@@ -67,10 +106,13 @@ class AddHostForm(forms.Form):
 class ApiKeyForm(forms.Form):
     # Vast keys are 64 hex digits; allow any visible ASCII, but never a space, CR or LF: the key
     # goes into an HTTP header, where a newline would break (or forge) the request.
-    api_key = forms.CharField(widget=forms.PasswordInput, max_length=200, error_messages={
-        "required": "the API key is empty",
-        "max_length": "the API key is longer than %(limit_value)d characters: is it a key?",
-    })
+    # strip=False: a key with a space is refused, never silently changed.
+    api_key = forms.CharField(
+        widget=forms.PasswordInput, strip=False, max_length=200,
+        error_messages={
+            "required": "the API key is empty",
+            "max_length": "the API key is longer than %(limit_value)d characters: is it a key?",
+        })
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
@@ -81,6 +123,9 @@ class ApiKeyForm(forms.Form):
             raise forms.ValidationError(
                 f"the API key may hold only visible ASCII characters, no spaces or line "
                 f"breaks; found {shown}")
+        if len(key) < API_KEY_MIN_LENGTH:
+            raise forms.ValidationError(f"the API key is shorter than {API_KEY_MIN_LENGTH} "
+                                        "characters: is it a key?")
         return key
 
     def error_message(self) -> str:

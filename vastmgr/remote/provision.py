@@ -290,6 +290,32 @@ class Provisioner:
         await self._event(f"host requirements met (Python {version}, "
                           f"{free_mb if free_mb is not None else '?'} MB free, TCP forwarding)")
 
+    async def test_connection(self) -> str:
+        """Reach the host (its key is pinned on first contact) and check what provisioning
+        needs, changing nothing there; return what was found. A failure is raised as
+        ProvisionError (the link has already recorded an SSH failure) and recorded as the
+        machine's last error, its state unchanged."""
+        try:
+            machine = await self._machine()
+            if machine.is_upstream:
+                if not await self.link.can_forward(machine.engine_port):
+                    raise ProvisionError("requirements", "the SSH server refuses TCP forwarding "
+                                         "(set AllowTcpForwarding yes in sshd_config)")
+                found = "SSH works, TCP forwarding allowed"
+                await self._event(f"connection test passed: {found}", kind="ssh")
+                return found
+            await self.check_requirements()
+        except SSHError as exc:
+            raise ProvisionError("connect", str(exc), recorded=True) from None
+        except ProvisionError as exc:
+            await self._event(f"connection test failed: {exc}", Event.Level.ERROR, kind="ssh")
+            await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(
+                last_error=str(exc))
+            exc.recorded = True
+            raise
+        await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(last_error="")
+        return "SSH works and the host meets the requirements"
+
     async def install(self) -> None:
         """Upload the wheel; install its dependencies only when they changed, then the project
         alone (`--no-deps`): an upgrade replaces our code and leaves the rest in place."""
@@ -500,17 +526,27 @@ async def run_on_hosts(machine_ids: list[int], command: str, *, user: str,
                        on_line: Callable[[int, str], Awaitable[None]],
                        pool: LinkPool | None = None, timeout: float = 600) -> dict[int, int]:
     """Run one command on many hosts at once, streaming each line tagged with its machine;
-    the command, who ran it and every exit status go into one audit Event."""
+    the command, who ran it and every exit status go into one audit Event.
+
+    Each host has `timeout` seconds in all, connecting included: one that cannot be reached
+    says why in its own output (status 255, as ssh's), one that does not answer in time is
+    stopped (124, as timeout(1)'s)."""
     pool = pool or LinkPool()
 
     async def one(machine_id: int) -> int:
         async def tagged(_stream, line):
             await on_line(machine_id, line)
+        link = pool.get(machine_id)
+        link.retry_now()  # an operator asked for this host now
         try:
-            return await pool.get(machine_id).stream(command, tagged, timeout=timeout)
+            return await asyncio.wait_for(link.stream(command, tagged, timeout=timeout),
+                                          timeout)
         except SSHError as exc:
             await on_line(machine_id, str(exc))
             return 255
+        except TimeoutError:
+            await on_line(machine_id, f"no answer within {timeout:g} s")
+            return 124
 
     statuses = dict(zip(machine_ids, await asyncio.gather(*(one(m) for m in machine_ids)),
                         strict=True))

@@ -8,15 +8,18 @@ listens on the host's loopback only; `MachineLink.tunnel()` forwards a local por
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from vastmgr.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
 from vastmgr.fleet.models import Event, Machine
@@ -82,20 +85,30 @@ def _pin(machine_id: int, public_key: str) -> None:
 
 
 def _record_failure(machine_id: int, message: str, kind: str) -> None:
-    machine = Machine.objects.filter(pk=machine_id).first()
-    if machine is not None:
-        RemoteHost.objects.filter(machine=machine).update(last_error=message)
-    Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
-
-
-def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
+    """One Event per outage, however many processes (controller, dashboard, automation) find
+    the host down: the first to write the message into last_error records it."""
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is None:
         return
-    RemoteHost.objects.filter(machine=machine).update(last_error="")
-    Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
-                        f"attempt(s) over {seconds:.0f} s", machine=machine,
-                 data={"attempts": attempts, "seconds": round(seconds, 1)})
+    first = RemoteHost.objects.filter(machine=machine).exclude(
+        last_error__startswith=message).update(last_error=message)
+    if first or not RemoteHost.objects.filter(machine=machine).exists():
+        Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
+
+
+def _record_next_attempt(machine_id: int, message: str) -> None:
+    RemoteHost.objects.filter(machine_id=machine_id).update(last_error=message)
+
+
+def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
+    """One Event when the host is back: by the first process to clear last_error."""
+    machine = Machine.objects.filter(pk=machine_id).first()
+    if machine is None:
+        return
+    if RemoteHost.objects.filter(machine=machine).exclude(last_error="").update(last_error=""):
+        Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
+                            f"attempt(s) over {seconds:.0f} s", machine=machine,
+                     data={"attempts": attempts, "seconds": round(seconds, 1)})
 
 
 async def _presented_key(target: SSHTarget) -> str:
@@ -104,9 +117,13 @@ async def _presented_key(target: SSHTarget) -> str:
     return key.export_public_key().decode().strip() if key else ""
 
 
-async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
+async def open_connection(target: SSHTarget, *, refused_message: str = ""
+                          ) -> asyncssh.SSHClientConnection:
     """Connect once; pin the host key if none is pinned; refuse a key that differs from the pin.
-    Failures are raised, not recorded: MachineLink records one Event per outage."""
+    Failures are raised, not recorded: MachineLink records one Event per outage.
+
+    Naming the key a host presents instead of the pinned one costs a second connection; a link
+    that already did gives its message as `refused_message`, so a retry is one connection."""
     # No known_hosts: the first key is pinned below. A pin is the only key accepted.
     known_hosts: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None = None
     key_algs: Sequence[str] = HOST_KEY_PREFERENCE
@@ -124,6 +141,8 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
             keepalive_interval=KEEPALIVE_INTERVAL_S, keepalive_count_max=KEEPALIVE_COUNT_MAX,
         ), CONNECT_TIMEOUT_S)
     except asyncssh.HostKeyNotVerifiable:
+        if refused_message:
+            raise HostKeyChanged(refused_message) from None
         try:
             presented = fingerprint(await _presented_key(target))
         except (TimeoutError, OSError, asyncssh.Error):
@@ -149,18 +168,45 @@ async def open_connection(target: SSHTarget) -> asyncssh.SSHClientConnection:
 
 @dataclass
 class Backoff:
-    """Exponential backoff with full jitter, so many hosts that fail together retry apart."""
+    """How a link retries a host that keeps failing: exponential, with jitter, so many hosts that
+    fail together retry apart.
 
-    initial_s: float = 1.0
-    maximum_s: float = 60.0
+    `attempts` connects are tried within one call (a page's second try after a short wait).
+    Once a call has failed them all, the link waits before it tries the host again, whoever
+    asks: the n-th wait in a row is drawn from [d/2, d] with d = initial_s * factor**(n-1),
+    capped at maximum_s. With the defaults a host that stays down is tried at about 0, 2, 6,
+    14, 30, 62, 126, 254, 510 s...: 9 logins or connects in its first 10 minutes, one every
+    5 minutes after that.
+    """
+
+    initial_s: float = 2.0
+    maximum_s: float = 300.0
     factor: float = 2.0
-    attempts: int = 5
+    attempts: int = 1
+
+    @classmethod
+    def from_env(cls) -> "Backoff":
+        """The defaults, or VASTMGR_SSH_RETRY_MIN_S / VASTMGR_SSH_RETRY_MAX_S (the first and
+        the longest wait, in seconds)."""
+        try:
+            initial = float(os.environ.get("VASTMGR_SSH_RETRY_MIN_S", cls.initial_s))
+            maximum = float(os.environ.get("VASTMGR_SSH_RETRY_MAX_S", cls.maximum_s))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"VASTMGR_SSH_RETRY_MIN_S/MAX_S: {exc}") from None
+        if not 0 < initial <= maximum:
+            raise ImproperlyConfigured("VASTMGR_SSH_RETRY_MIN_S must be > 0 and at most "
+                                       "VASTMGR_SSH_RETRY_MAX_S")
+        return cls(initial_s=initial, maximum_s=maximum)
 
     def delays(self):
-        delay = self.initial_s
-        for _ in range(self.attempts - 1):
-            yield random.uniform(0, delay)
-            delay = min(delay * self.factor, self.maximum_s)
+        """The waits between the attempts of one call."""
+        for n in range(1, self.attempts):
+            yield self.wait(n)
+
+    def wait(self, failures: int) -> float:
+        """The wait after `failures` failed calls in a row (>= 1)."""
+        delay = min(self.initial_s * self.factor ** (failures - 1), self.maximum_s)
+        return random.uniform(delay / 2, delay)
 
 
 @dataclass(frozen=True)
@@ -178,56 +224,95 @@ class CommandResult:
 class MachineLink:
     """The one SSH connection to one machine: reconnects with backoff, carries tunnels and commands.
 
-    Authentication failures and host-key changes are not retried: trying again cannot fix them.
+    Every user of the link (the controller's tunnel and its retries, pages, actions) shares the
+    connection, and with it the backoff: after a failed call, calls until the next attempt time
+    fail at once with the last error and that time, without touching the host. An operator's
+    explicit action may ask for an attempt now (`retry_now`).
+
     An outage is one error Event (its first failure, or a different failure later) and one
     Event when the connection is back, with the number of failed attempts; the machine's
     last_error is cleared then.
     """
 
     def __init__(self, machine_id: int, *, backoff: Backoff | None = None,
-                 sleep: Callable[[float], Awaitable] = asyncio.sleep):
+                 sleep: Callable[[float], Awaitable] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self.machine_id = machine_id
         self.backoff = backoff or Backoff()
         self._sleep = sleep
+        self._clock = clock
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._tunnels: dict[int, asyncssh.SSHListener] = {}
-        self._outage: tuple[float, int, str] | None = None  # (since, attempts, last message)
+        # (since, attempts, last message, whether it was a changed host key)
+        self._outage: tuple[float, int, str, bool] | None = None
+        self.failed_calls = 0  # calls in a row that found the host unreachable
+        self.next_attempt: float | None = None  # on self._clock; None: try at once
+        self.attempts = 0  # connects tried since the link was made (logins, when they work)
 
     async def _target(self) -> SSHTarget:
         machine = await Machine.objects.aget(pk=self.machine_id)
         return await sync_to_async(load_target)(machine)
+
+    def retry_now(self) -> None:
+        """The next call connects at once, whatever the backoff said (an operator pressed a
+        button for this host)."""
+        self.next_attempt = None
+
+    def waiting(self) -> float:
+        """Seconds until the next attempt; 0 when a call may connect now."""
+        if self.next_attempt is None:
+            return 0.0
+        return max(0.0, self.next_attempt - self._clock())
 
     async def connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return self._conn
             self._tunnels.clear()
+            if wait := self.waiting():
+                raise self._backing_off(wait)
             delays = self.backoff.delays()
             while True:
+                self.attempts += 1
+                refused = self._outage[2] if self._outage and self._outage[3] else ""
                 try:
-                    self._conn = await open_connection(await self._target())
-                except (HostKeyChanged, SSHAuthFailed) as exc:
-                    await self._failed(exc)
-                    raise
+                    self._conn = await open_connection(await self._target(),
+                                                       refused_message=refused)
                 except SSHError as exc:
                     await self._failed(exc)
                     delay = next(delays, None)
-                    if delay is None:
+                    # A refused key or a changed host key is not fixed by trying again now.
+                    if delay is None or isinstance(exc, HostKeyChanged | SSHAuthFailed):
+                        self.failed_calls += 1
+                        wait = self.backoff.wait(self.failed_calls)
+                        self.next_attempt = self._clock() + wait
+                        await sync_to_async(_record_next_attempt)(
+                            self.machine_id, self._with_next_attempt(str(exc), wait))
                         raise
                     await self._sleep(delay)
                     continue
+                self.failed_calls, self.next_attempt = 0, None
                 if self._outage is not None:
-                    since, attempts, _ = self._outage
+                    since, attempts, _, _ = self._outage
                     self._outage = None
                     await sync_to_async(_record_recovery)(self.machine_id, attempts,
                                                           time.monotonic() - since)
                 return self._conn
 
+    def _backing_off(self, wait: float) -> SSHError:
+        return SSHError(self._with_next_attempt(self._outage[2] if self._outage else
+                                                "unreachable", wait))
+
+    @staticmethod
+    def _with_next_attempt(message: str, wait: float) -> str:
+        at = datetime.now(UTC) + timedelta(seconds=wait)
+        return f"{message}; next attempt at {at:%H:%M:%S} UTC"
+
     async def _failed(self, exc: SSHError) -> None:
         message = str(exc)
-        since, attempts, last = self._outage or (time.monotonic(), 0, "")
-        self._outage = (since, attempts + 1, message)
+        since, attempts, last, _ = self._outage or (time.monotonic(), 0, "", False)
+        self._outage = (since, attempts + 1, message, isinstance(exc, HostKeyChanged))
         if message != last:
             kind = "ssh_host_key" if isinstance(exc, HostKeyChanged) else "ssh"
             await sync_to_async(_record_failure)(self.machine_id, message, kind)

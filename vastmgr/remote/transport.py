@@ -1,7 +1,9 @@
 """The fleet controller's transport for ssh and vast machines: the engine API through a tunnel.
 
 The engine on a remote host listens on its loopback only; the controller reaches it through a
-local port forwarded over the machine's one SSH link, so the engine is never exposed.
+local port forwarded over the machine's one SSH link, so the engine is never exposed. A machine
+with no engine yet (registered, or provisioning before its engine was configured) is not
+watched at all: there is nothing to reach, and trying would be a login every retry.
 """
 
 from vastmgr.errors import SSHError, TransportError
@@ -10,9 +12,17 @@ from vastmgr.fleet.models import Machine
 
 from .ssh import Backoff, LinkPool
 
-# One pool for the controller process: every transport of a machine shares its SSH link. One
-# connect attempt per call: the watcher's own backoff paces the retries.
-shared_pool = LinkPool(backoff=Backoff(attempts=1))
+# One pool for the controller process: every transport of a machine shares its SSH link, and
+# with it the link's backoff for a host that keeps failing.
+shared_pool = LinkPool(backoff=Backoff.from_env())
+
+
+def has_engine(machine: Machine) -> bool:
+    """Whether provisioning has configured an engine there (it writes the token before it
+    starts the engine), or the machine runs someone else's (an upstream daemon)."""
+    if machine.is_upstream:
+        return True
+    return machine.state != Machine.State.REGISTERED and bool(machine.engine_token)
 
 
 class SSHTunnelTransport(EngineTransport):
@@ -22,11 +32,13 @@ class SSHTunnelTransport(EngineTransport):
 
     @classmethod
     def for_machine(cls, machine) -> "SSHTunnelTransport":
+        if not has_engine(machine):
+            raise TransportError(f"no engine yet ({machine.state}): not watched until "
+                                 "provisioning configures one")
         return cls(machine)
 
     async def connect(self) -> EngineEndpoint:
-        # Read the port and token on every connect: the controller starts watching a host as
-        # soon as it is added, and provisioning writes the engine's token only later.
+        # Read the port and token on every connect: provisioning may rewrite them.
         try:
             machine = await Machine.objects.aget(pk=self.machine_id)
         except Machine.DoesNotExist:
@@ -38,6 +50,7 @@ class SSHTunnelTransport(EngineTransport):
         return EngineEndpoint(f"http://127.0.0.1:{port}", machine.engine_token or None)
 
     async def close(self) -> None:
-        # The link stays in the pool: it remembers an outage, so a host that stays down is
-        # one Event, not one per retry.
-        await self.pool.get(self.machine_id).close()
+        # The watcher stops for good (the machine was killed, disabled or leased elsewhere):
+        # its connection goes too. An engine that does not answer is no reason to log in
+        # again: the link, its tunnel and its outage record stay while the watcher retries.
+        await self.pool.drop(self.machine_id)

@@ -13,11 +13,17 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
+from .actions import ACTIONS, LAUNCHED, offered, why_not
 from .forms import AddHostForm, ApiKeyForm, CommandForm, OfferSearchForm
 from .models import RemoteHost, Secret
 from .provision import Provisioner, run_on_hosts
+from .transport import has_engine
 
-LOG_TIMEOUT_S = 30
+# A page waits this long for a host, connecting included; then it says so.
+LOG_TIMEOUT_S = 10
+TEST_TIMEOUT_S = 30
+LOG_POLL_S = 5
+COMMAND_OUTPUT_LINES = 200
 # Destroying gives running proofs this long to finish before the engine is killed, and waits
 # this long in all for the host to confirm the engine is gone.
 DESTROY_GRACE_S = 10
@@ -30,6 +36,10 @@ def add_host(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         with transaction.atomic():
+            # A destroyed machine keeps its rows and history under a name of its own.
+            for old in Machine.objects.filter(name=data["name"], state=Machine.State.KILLED):
+                old.name = f"{old.name[:Machine.NAME_MAX_LENGTH - 24]}~destroyed-{old.pk}"
+                old.save(update_fields=["name", "updated"])
             machine = Machine.objects.create(
                 name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
                 ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
@@ -45,8 +55,28 @@ def add_host(request: AuthenticatedHttpRequest) -> HttpResponse:
                 # Its daemon is already running; there is nothing of ours to provision.
                 machine.transition(Machine.State.RUNNING, reason="upstream cuzk daemon, watched",
                                    user=request.user)
+        if request.POST.get("then") == "test":
+            _test_connection(request, machine)
         return redirect("remote:machine", machine.pk)
     return render(request, "remote/add_host.html", {"form": form})
+
+
+def _test_connection(request: AuthenticatedHttpRequest, machine: Machine) -> None:
+    """Reach the host now (pinning its key on first contact) and check its requirements; the
+    outcome is a message on the next page and an Event, the machine saved either way."""
+    link = background.pool.get(machine.pk)
+    link.retry_now()  # the operator asked for this host now
+    try:
+        found = background.run(lambda: _provisioner(machine.pk).test_connection(),
+                               TEST_TIMEOUT_S)
+    except (ProvisionError, SSHError, SecretUnavailable) as exc:
+        messages.error(request, f"Connection test failed: {exc}. The host is saved: fix it "
+                                "and press Test connection again.")
+    except TimeoutError as exc:
+        messages.error(request, f"Connection test: {machine.name} gave {exc}. The host is "
+                                "saved: press Test connection to try again.")
+    else:
+        messages.info(request, f"Connection test passed: {found}. Next: Provision.")
 
 
 def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
@@ -54,7 +84,8 @@ def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     remote = RemoteHost.for_machine(machine)
     return render(request, "remote/machine.html", {
         "machine": machine, "remote": remote, "spent": remote.spent(),
-        "events": machine.events.all()[:100],
+        "events": machine.events.all()[:100], "actions": offered(machine),
+        "log": _log_state(machine),
     })
 
 
@@ -63,28 +94,38 @@ def machine_events(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "remote/_events.html", {"events": machine.events.all()[:100]})
 
 
+def _log_state(machine: Machine) -> dict:
+    """The engine log panel before its first poll: what it waits for, or why there is none."""
+    if not has_engine(machine):
+        return {"text": "no engine log yet: the host has not been provisioned", "poll_s": None}
+    return {"text": "…", "poll_s": 0}
+
+
 @staff_member_required
 def machine_log(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    """The engine log's tail over the machine's pooled SSH connection (no login per poll)."""
+    """The engine log's tail over the machine's pooled SSH connection (no login per poll). The
+    panel polls again in 5 s, or, while the host cannot be reached, when the link will next
+    try it: a dead host is not asked every 5 s."""
     machine = get_object_or_404(Machine, pk=pk)
     if machine.provider == Machine.Provider.LOCAL:
         return HttpResponseNotFound(f"{machine.name} is a local engine without SSH: its log is "
                                     "in the terminal that runs it.",
                                     content_type="text/plain; charset=utf-8")
-    try:
-        text = background.run(lambda: _provisioner(machine.pk).log_tail(200), LOG_TIMEOUT_S)
-    except (SSHError, SecretUnavailable, TimeoutError) as exc:
-        text = f"log unavailable: {exc}"
-    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+    log = _log_state(machine)
+    if log["poll_s"] is not None:
+        link = background.pool.get(machine.pk)
+        try:
+            log["text"] = background.run(lambda: _provisioner(machine.pk).log_tail(200),
+                                         LOG_TIMEOUT_S)
+            log["poll_s"] = LOG_POLL_S
+        except (SSHError, SecretUnavailable, TimeoutError) as exc:
+            log["text"] = f"log unavailable: {exc}"
+            log["poll_s"] = max(LOG_POLL_S, round(link.waiting()))
+    return render(request, "remote/_engine_log.html", {"machine": machine, "log": log})
 
 
 def _provisioner(machine_id: int) -> Provisioner:
     return Provisioner(machine_id, link=background.pool.get(machine_id))
-
-
-# Action name in the URL → Provisioner method.
-ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
-           "restart": "restart", "upgrade": "upgrade"}
 
 
 @staff_member_required
@@ -92,13 +133,17 @@ ACTIONS = {"provision": "provision", "stop": "stop", "start": "start_engine",
 def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     user = request.user.get_username()
+    refusal = why_not(machine, action) if action in ACTIONS else ""
     if machine.provider == Machine.Provider.LOCAL and (action in ACTIONS or action == "clear-host-key"):
         messages.error(request, f"{machine.name} is a local engine without SSH: there is "
                                 f"nothing to {action.replace('-', ' ')} over SSH.")
     elif action == "clear-host-key":
         machine.ssh_host_key = ""
         machine.save(update_fields=["ssh_host_key", "updated"])
-        background.run(lambda: background.pool.drop(machine.pk), LOG_TIMEOUT_S)  # re-pin
+        try:  # the next connection pins whatever key the host presents
+            background.run(lambda: background.pool.drop(machine.pk), LOG_TIMEOUT_S)
+        except TimeoutError:
+            pass  # the old connection is still closing; the next one is new either way
         Event.record("ssh_host_key", f"{machine.name}: pinned host key cleared by {user}",
                      machine=machine, level=Event.Level.WARNING)
     elif action == "destroy":
@@ -106,11 +151,13 @@ def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> H
             _destroy(machine, f"destroyed by {user}")
         except (vast.VastError, SecretUnavailable) as exc:
             messages.error(request, str(exc))
-    elif action in ACTIONS and machine.is_upstream:
-        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: vastmgr does not "
-                                f"{action} it")
-    elif action in ACTIONS:
+    elif refusal:
+        messages.error(request, f"{machine.name}: cannot {action} ({refusal})")
+    elif action == "test":
+        _test_connection(request, machine)
+    elif action in LAUNCHED:
         Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
+        background.pool.get(machine.pk).retry_now()  # the operator asked for this host now
 
         async def run() -> None:
             try:
@@ -160,7 +207,8 @@ async def _stop_remote_engine(machine_id: int) -> None:
 
 @staff_member_required
 def run_command(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """A command on the chosen hosts at once: output and exit status per host, one audit Event."""
+    """A command on the chosen hosts at once: exit status and the output's tail per host (or
+    why it could not run), one audit Event; the page answers within the chosen timeout."""
     form = CommandForm(request.POST or None)
     results = []
     if request.method == "POST" and form.is_valid():
@@ -169,12 +217,17 @@ def run_command(request: AuthenticatedHttpRequest) -> HttpResponse:
 
         async def on_line(machine_id: int, line: str) -> None:
             output[machine_id].append(line)
+            del output[machine_id][:-COMMAND_OUTPUT_LINES]
         timeout = form.cleaned_data["timeout"]
-        statuses = background.run(lambda: run_on_hosts(
-            [m.pk for m in machines], form.cleaned_data["command"],
-            user=request.user.get_username(), on_line=on_line, pool=background.pool,
-            timeout=timeout), timeout + 60)
-        results = [(m, statuses[m.pk], "\n".join(output[m.pk])) for m in machines]
+        try:
+            statuses = background.run(lambda: run_on_hosts(
+                [m.pk for m in machines], form.cleaned_data["command"],
+                user=request.user.get_username(), on_line=on_line, pool=background.pool,
+                timeout=timeout), timeout + 10)  # each host's own bound, then the audit Event
+        except TimeoutError as exc:
+            statuses = {}
+            messages.error(request, f"the hosts gave {exc}; their output so far is below")
+        results = [(m, statuses.get(m.pk), "\n".join(output[m.pk])) for m in machines]
     return render(request, "remote/command.html", {"form": form, "results": results})
 
 

@@ -1,6 +1,7 @@
 """Provisioning pieces: host requirements checked first on the real OpenSSH server, the wheel
 rebuilt when the sources change, the engine free of dashboard dependencies, a command on many
-hosts. The whole provisioning flow is in test_dashboard_flow.py."""
+hosts. The whole provisioning flow, pressed over HTTP on the served stack, is in
+test_served_remote.py."""
 
 import json
 import os

@@ -5,7 +5,7 @@ import pytest
 from aiohttp import ClientSession, web
 from asgiref.sync import sync_to_async
 
-from vastmgr.errors import HostKeyChanged, SSHAuthFailed, SSHError
+from vastmgr.errors import HostKeyChanged, SSHAuthFailed, SSHError, TransportError
 from vastmgr.fleet.controller.transport import transport_for
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote.models import RemoteHost, Secret
@@ -92,7 +92,15 @@ async def test_an_unreachable_host_is_retried_with_backoff_then_reported(fake_ho
     [outage] = await events("ssh")
     assert outage.level == Event.Level.ERROR, "one Event for the outage, not one per attempt"
 
+    # Until the next attempt time every call fails at once, saying when, without a connect.
     await fake_host.start(fake_host.port)
+    with pytest.raises(SSHError, match="next attempt at"):
+        await link.run("echo back")
+    assert link.attempts == 4
+    remote = await RemoteHost.objects.aget(machine_id=ssh_machine.pk)
+    assert "next attempt at" in remote.last_error, "the machine page says when"
+
+    link.retry_now()  # an operator pressed a button for this host
     assert (await link.run("echo back")).ok
     await link.close()
     _outage, _pinned, back = await events("ssh")
@@ -125,7 +133,8 @@ async def test_the_controller_transport_tunnels_to_the_engine_on_the_hosts_loopb
     machine = await Machine.objects.aget(pk=ssh_machine.pk)
     machine.engine_port = engine_port
     machine.engine_token = "engine-token"
-    await machine.asave(update_fields=["engine_port", "engine_token"])
+    machine.state = Machine.State.RUNNING
+    await machine.asave(update_fields=["engine_port", "engine_token", "state"])
 
     transport = transport_for(machine)
     try:
@@ -150,3 +159,55 @@ async def test_streamed_output_arrives_line_by_line(fake_host, ssh_machine):
     status = await link.stream("echo a; echo b >&2; exit 3", on_line)
     await link.close()
     assert status == 3 and sorted(lines) == ["a", "b"]
+
+
+async def test_a_host_that_stays_down_is_tried_ever_more_rarely(fake_host, ssh_machine):
+    """Every caller shares the link's backoff: a watcher asking every 2 s for 10 minutes
+    connects once per backoff period, about 9 times."""
+    await fake_host.stop()
+    now = [0.0]
+    link = MachineLink(ssh_machine.pk, clock=lambda: now[0])
+    tried_at = []
+    while now[0] < 600:
+        before = link.attempts
+        with pytest.raises(SSHError):
+            await link.run("true")
+        if link.attempts > before:
+            tried_at.append(now[0])
+        now[0] += 2
+    assert 7 <= len(tried_at) <= 11, tried_at
+    assert all(sum(1 for t in tried_at if start <= t < start + 60) <= 2
+               for start in range(60, 600, 2)), f"more than 2 a minute after the first: {tried_at}"
+    [outage] = await events("ssh")
+    assert outage.level == Event.Level.ERROR
+
+
+def test_the_production_backoff_costs_at_most_two_logins_a_minute_over_ten_minutes():
+    """The schedule itself, at both ends of its jitter: attempts at the waits' lower bounds
+    (the most) and upper bounds."""
+    backoff = Backoff()
+    for pick in (lambda low, high: low, lambda low, high: high):
+        times, failures = [0.0], 0
+        while times[-1] < 600:
+            failures += 1
+            delay = min(backoff.initial_s * backoff.factor ** (failures - 1), backoff.maximum_s)
+            times.append(times[-1] + pick(delay / 2, delay))
+        in_ten_minutes = [t for t in times if t < 600]
+        assert len(in_ten_minutes) <= 20, in_ten_minutes
+        assert all(sum(1 for t in in_ten_minutes if s <= t < s + 60) <= 2
+                   for s in range(60, 600)), in_ten_minutes
+    assert all(1.0 <= backoff.wait(1) <= 2.0 for _ in range(50))
+    assert all(150 <= backoff.wait(30) <= 300 for _ in range(50))
+
+
+async def test_a_host_with_no_engine_yet_is_not_watched(ssh_machine):
+    """Registered, or provisioning before its engine is configured: no transport, so the
+    controller starts no watcher and nothing logs in."""
+    machine = await Machine.objects.aget(pk=ssh_machine.pk)
+    with pytest.raises(TransportError, match="no engine yet"):
+        transport_for(machine)
+    machine.state = Machine.State.PROVISIONING
+    with pytest.raises(TransportError, match="no engine yet"):
+        transport_for(machine)
+    machine.engine_token = "configured"
+    assert transport_for(machine) is not None

@@ -26,8 +26,10 @@ log = logging.getLogger(__name__)
 
 # After the stream fails, poll this many times before trying the stream again.
 POLLS_BEFORE_STREAM_RETRY = 5
-# Retries of a host that is down: a connect attempt costs one TCP handshake, and an engine
-# that comes back must be shown live within about two seconds.
+# Retries of an engine that is down: an attempt costs one request over a path that stays open
+# (a TCP handshake, or a channel on the host's one SSH connection, whose own reconnects back
+# off far longer; see vastmgr/remote/ssh.py), and an engine that comes back must be shown live
+# within about two seconds.
 MAX_BACKOFF = 2.0
 # A request may take this many intervals: a busy controller (hundreds of hosts on a loaded
 # machine) answering late is no reason to drop a working stream; staleness is judged from
@@ -135,7 +137,6 @@ class HostWatcher:
                     backoff = await self._watch_once(backoff, seen)
                 except Exception as exc:  # noqa: BLE001 - e.g. a malformed snapshot: keep watching
                     await self.faults.record(exc, self.live.machine_id)
-                    await self.transport.close()
                     backoff = await self._down(f"watcher error: {type(exc).__name__}: {exc}",
                                                backoff, seen)
         finally:
@@ -154,8 +155,9 @@ class HostWatcher:
             except (EngineError, SnapshotFormatError) as exc:
                 # Unreachable, refusing us (a wrong token), or answering with something that is
                 # not a snapshot: either way no live data.
+                # The path to it (an SSH link) stays: closing it would cost the host a login
+                # at every retry.
                 slot.release()
-                await self.transport.close()
                 reason = (f"malformed snapshot: {exc}" if isinstance(exc, SnapshotFormatError)
                           else str(exc))
                 return await self._down(reason, backoff, seen)

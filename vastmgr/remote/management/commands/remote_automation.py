@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.faults = FaultRecorder("remote automation tick")
-        self.links = LinkPool(backoff=Backoff(attempts=1))  # one SSH connection per host, kept
+        self.links = LinkPool(backoff=Backoff.from_env())  # one SSH connection per host, kept
 
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
