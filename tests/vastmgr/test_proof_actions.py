@@ -148,6 +148,13 @@ def test_progress_and_eta_come_from_partition_counts_and_the_recent_pace():
     job.progress = {"partitions": [{"index": i, "state": "gpu"} for i in range(16)]}
     assert job.progress_summary()["eta_seconds"] is None  # no pace measured, no history
     assert 'time left: <span class="eta">estimating</span>' in render_proof(job)
+    # 20 of the 40 s went into the parameters: 4 partitions in the other 20 s, 5 s each
+    job.progress = {"phase": "running", "phase_secs": 20.0,
+                    "as_of": timezone.now().timestamp(),
+                    "partitions": [{"index": i, "state": "done" if i < 4 else "synth_done"}
+                                   for i in range(16)]}
+    assert 59 <= job.progress_summary()["eta_seconds"] <= 61
+    job.progress = {"partitions": [{"index": i, "state": "gpu"} for i in range(16)]}
     end = timezone.now()
     # one earlier run (which may have generated its parameters) is no estimate yet
     ProofJob.objects.create(kind="snap-update", seed=2, status=ProofJob.Status.DONE,
