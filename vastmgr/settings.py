@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "vastmgr.proofs",
     "vastmgr.remote",
     "vastmgr.metrics",
+    "vastmgr.notify",
 ]
 
 MIDDLEWARE = [
@@ -108,3 +109,7 @@ VASTMGR_METRICS_TOKEN = os.environ.get("VASTMGR_METRICS_TOKEN", "").strip()
 VASTMGR_METRICS_RELAY_INTERVAL = metrics_conf.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
 VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_conf.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)
 VASTMGR_BACKLOG_BUDGET_SECONDS = metrics_conf.backlog_budgets()
+# Notifications (vastmgr/notify): retries wait the base, doubled each time, up to the cap.
+VASTMGR_NOTIFY_BACKOFF_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_S", 5.0)
+VASTMGR_NOTIFY_BACKOFF_CAP_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_CAP_S", 600.0)
+VASTMGR_NOTIFY_ATTEMPTS = int(metrics_conf.env_positive("VASTMGR_NOTIFY_ATTEMPTS", 8.0))

@@ -1,0 +1,31 @@
+"""Deliver pending notifications until stopped (started by `up`, or its own systemd unit)."""
+
+import asyncio
+
+from channels.db import database_sync_to_async
+from django.core.management.base import BaseCommand
+
+from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.notify.outbox import deliver_due
+
+
+class Command(BaseCommand):
+    help = "Send notifications to their channels, retrying failed ones with backoff."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--poll", type=float, default=1.0,
+                            help="seconds between looks for due deliveries (default 1)")
+
+    def handle(self, *args, poll: float, **options) -> None:
+        asyncio.run(self.deliver(poll))
+
+    async def deliver(self, poll: float) -> None:
+        faults = FaultRecorder("notifier")
+        while True:
+            try:
+                tried = await database_sync_to_async(deliver_due)()
+            except Exception as exc:  # noqa: BLE001 - one bad round must not stop delivery
+                await faults.record(exc)
+                tried = 0
+            if not tried:
+                await asyncio.sleep(poll)
