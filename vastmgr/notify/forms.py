@@ -11,7 +11,8 @@ TOPICS = [
     ("bad_benchmark", "bad benchmark"), ("instance_down", "Vast instance down"),
     ("unmanaged_instance", "unmanaged instance billing"), ("lifecycle", "lifecycle changes"),
     ("proof", "proof events"), ("ssh", "SSH"), ("vast", "Vast.ai"), ("fault", "faults"),
-    ("bad_host", "bad hosts"), ("remote", "remote actions"), ("supervisor", "supervisor"),
+    ("bad_host", "bad hosts"), ("remote", "remote actions"), ("srs", "SRS preload/evict"),
+    ("supervisor", "supervisor"),
 ]
 
 

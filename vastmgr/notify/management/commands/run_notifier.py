@@ -17,7 +17,12 @@ class Command(BaseCommand):
                             help="seconds between looks for due deliveries (default 1)")
 
     def handle(self, *args, poll: float, **options) -> None:
-        asyncio.run(self.deliver(poll))
+        self.stdout.write("notifier running")
+        try:
+            asyncio.run(self.deliver(poll))
+        except KeyboardInterrupt:  # SIGINT: `up`'s Ctrl-C, or systemd's KillSignal
+            pass
+        self.stdout.write("notifier stopped")
 
     async def deliver(self, poll: float) -> None:
         faults = FaultRecorder("notifier")
