@@ -9,7 +9,8 @@ from .models import Channel
 TOPICS = [
     ("host_offline", "host offline"), ("job_failed", "proof failed"),
     ("bad_benchmark", "bad benchmark"), ("instance_down", "Vast instance down"),
-    ("unmanaged_instance", "unmanaged instance billing"), ("lifecycle", "lifecycle changes"),
+    ("unmanaged_instance", "unmanaged instance billing"), ("over_budget", "$/h over budget"),
+    ("upstream_lie", "upstream daemon lying"), ("lifecycle", "lifecycle changes"),
     ("proof", "proof events"), ("ssh", "SSH"), ("vast", "Vast.ai"), ("fault", "faults"),
     ("bad_host", "bad hosts"), ("remote", "remote actions"), ("srs", "SRS preload/evict"),
     ("supervisor", "supervisor"),

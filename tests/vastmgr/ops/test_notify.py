@@ -160,3 +160,48 @@ def test_only_staff_see_notifications(django_user_model):
     client = Client()
     client.force_login(user)
     assert client.get("/notify/").status_code in (302, 403)
+
+
+def test_the_budget_alerts_once_when_crossed_and_once_when_back(settings):
+    from vastmgr.notify import watch
+    from vastmgr.remote.models import RemoteHost
+
+    settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR = 1.0
+    gpu = Machine.objects.create(name="gpu-1", provider="vast", state="running",
+                                 price_per_hour="0.75")
+    RemoteHost.objects.create(machine=gpu, billing_started=timezone.now())
+    assert watch.check() == []
+    gpu2 = Machine.objects.create(name="gpu-2", provider="vast", state="running",
+                                  price_per_hour="0.5")
+    RemoteHost.objects.create(machine=gpu2, billing_started=timezone.now())
+    [over] = watch.check()
+    assert over.message == "the fleet costs $1.25/h, over its budget of $1.00/h"
+    assert watch.check() == []  # still over: said once
+    RemoteHost.objects.filter(machine=gpu2).update(billing_ended=timezone.now())
+    [back] = watch.check()
+    assert "back within its budget" in back.message and back.level == "info"
+    assert watch.check() == []
+
+
+def test_an_upstream_lie_alerts_once_per_episode():
+    from vastmgr.fleet.models import HostStatus
+    from vastmgr.notify import watch
+
+    host = Machine.objects.create(name="curio-1", engine_flavour="cuzk-upstream",
+                                  state="running", last_seen=timezone.now())
+
+    def tally(episodes: int, present: bool) -> None:
+        HostStatus.objects.update_or_create(machine=host, defaults={"snapshot": {"lie_tally": [
+            {"code": "gpu_without_worker", "title": "partition on the GPU with no worker",
+             "episodes": episodes, "snapshots": 3, "first_seen": 1.0, "last_seen": 2.0,
+             "present": present}]}})
+
+    tally(1, True)
+    [lie] = watch.check()
+    assert lie.message == ("curio-1: the cuzk daemon's status shows partition on the GPU with "
+                           "no worker (gpu_without_worker; episode 1)")
+    assert watch.check() == []
+    tally(1, False)
+    assert watch.check() == []
+    tally(2, True)
+    assert len(watch.check()) == 1

@@ -6,7 +6,10 @@ from channels.db import database_sync_to_async
 from django.core.management.base import BaseCommand
 
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.notify import watch
 from vastmgr.notify.outbox import deliver_due
+
+WATCH_EVERY = 10.0  # seconds between looks at the budget and the upstream daemons
 
 
 class Command(BaseCommand):
@@ -26,8 +29,13 @@ class Command(BaseCommand):
 
     async def deliver(self, poll: float) -> None:
         faults = FaultRecorder("notifier")
+        loop = asyncio.get_running_loop()
+        watched = float("-inf")
         while True:
             try:
+                if loop.time() - watched >= WATCH_EVERY:
+                    watched = loop.time()
+                    await database_sync_to_async(watch.check)()
                 tried = await database_sync_to_async(deliver_due)()
             except Exception as exc:  # noqa: BLE001 - one bad round must not stop delivery
                 await faults.record(exc)
