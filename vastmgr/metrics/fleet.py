@@ -26,6 +26,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from cuzk_engine.vocabulary import KINDS
 from vastmgr.fleet.controller.liveness import LIVE, OFFLINE, STALE
@@ -156,14 +157,11 @@ def _proofs() -> Iterator[Metric]:
         row = rows.get(kind)
         if row is None:
             continue
-        cumulative = [(_bound(bound), row[f"le_{i}"]) for i, bound in enumerate(DURATION_BUCKETS)]
+        cumulative = [(floatToGoString(bound), row[f"le_{i}"])
+                      for i, bound in enumerate(DURATION_BUCKETS)]
         durations.add_metric([kind], [*cumulative, ("+Inf", row["count"])],
                              row["total"].total_seconds())
     yield durations
-
-
-def _bound(seconds: float) -> str:
-    return f"{float(seconds):g}" if seconds != int(seconds) else f"{float(seconds):.1f}"
 
 
 def _backlog(now: float) -> Iterator[Metric]:

@@ -75,7 +75,7 @@ class ControllerMetrics:
             started = time.monotonic()
             try:
                 await self.relay_once(controller)
-            except Exception:
+            except Exception:  # metrics must never stop the controller: log, try again
                 log.exception("relaying metrics failed")
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
 
