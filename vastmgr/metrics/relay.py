@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 import time
+from datetime import timedelta
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 FANOUT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10)
 ENGINE_SCRAPE_TIMEOUT = 5.0
+FORGET_AFTER = timedelta(hours=1)
 
 
 class ControllerMetrics:
@@ -106,6 +108,8 @@ def _store(rows: list[tuple[str, str, str]]) -> None:
     for source, origin, text in rows:
         RelayedMetrics.objects.update_or_create(
             source=source, origin=origin, defaults={"text": text, "fetched_at": now})
+    # Origins that went away (a removed host, a controller's previous pid) long since.
+    RelayedMetrics.objects.filter(fetched_at__lt=now - FORGET_AFTER).delete()
 
 
 _by_controller: WeakKeyDictionary[FleetController, ControllerMetrics] = WeakKeyDictionary()

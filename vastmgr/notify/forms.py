@@ -31,7 +31,7 @@ class ChannelForm(forms.ModelForm):
 
     class Meta:
         model = Channel
-        fields = ["name", "min_level", "topics"]
+        fields = ["name", "url", "min_level", "topics", "resend_minutes"]
 
     def clean_url(self) -> str:
         url = self.cleaned_data["url"].strip()

@@ -49,6 +49,10 @@ class Channel(models.Model):
         return self.name
 
     @property
+    def resend_minutes(self) -> int:
+        return round(self.resend_after.total_seconds() / 60)
+
+    @property
     def secret_name(self) -> str:
         return f"notify_channel:{self.pk}"
 

@@ -49,6 +49,7 @@ START_TIMEOUT = 120
 PROOFS = 3
 # A Redis database of its own, so that another suite's groups never see these pushes.
 REDIS_DB = 11
+SCREENSHOTS = REPO / "test-output" / "production"
 
 pytestmark = [
     pytest.mark.browser, pytest.mark.scaleout,
@@ -243,10 +244,14 @@ def deployment(param_cache, tmp_path_factory):
         finally:
             for p in reversed(processes):
                 p.stop()
-            logs = REPO / "test-output" / "production"
-            logs.mkdir(parents=True, exist_ok=True)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             for p in processes:
-                (logs / f"{p.name}.log").write_text(p.output())
+                (SCREENSHOTS / f"{p.name}.log").write_text(p.output())
+
+
+def screenshot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def port_open(port: int) -> bool:
@@ -331,6 +336,7 @@ def test_the_browser_through_nginx_over_tls(deployment, browser_page):
     form.close()
     row.locator(".ok", has_text=str(PROOFS)).wait_for(timeout=120_000)
     assert page.evaluate("window.__token") == token, "the fleet page was reloaded"
+    screenshot(page, "fleet")
 
     # A notification channel added through the page; its test button is an htmx POST that
     # carries the CSRF token from the page.
@@ -347,6 +353,7 @@ def test_the_browser_through_nginx_over_tls(deployment, browser_page):
             if r.method == "POST" else None)
     page.get_by_role("button", name="Send test notification").click()
     page.get_by_text("sent to team").wait_for(timeout=20_000)
+    screenshot(page, "notifications")
     [test_post] = [p for p in posts if p["url"].endswith("/test/")]
     assert test_post["headers"].get("hx-request") == "true"
     assert test_post["headers"].get("x-csrftoken")
