@@ -149,25 +149,27 @@ http {{
 
 
 def prometheus_config(workdir: Path, base: str, token: str, engine_port: int) -> Path:
-    host_port = base.removeprefix("https://")
-    tls = {"insecure_skip_verify": True}  # the test's self-signed certificate
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(DEPLOY / "prometheus" / "vastmgr-rules.yml")],
-        "scrape_configs": [
-            {"job_name": "vastmgr", "scheme": "https", "metrics_path": "/metrics",
-             "authorization": {"credentials": token}, "tls_config": tls,
-             "static_configs": [{"targets": [host_port]}]},
-            {"job_name": "vastmgr-engines", "scheme": "https", "metrics_path": "/metrics/engines",
-             "authorization": {"credentials": token}, "tls_config": tls,
-             "static_configs": [{"targets": [host_port]}]},
-            # The engine itself, on loopback here: what the relay serves must match it.
-            {"job_name": "engine-direct", "static_configs": [
-                {"targets": [f"127.0.0.1:{engine_port}"]}]},
-        ],
-    }
+    """deploy/prometheus/vastmgr-scrape.yml with this test's target, token file, rules path and
+    certificate (self-signed here, so not verified), scraping every second, and one more job:
+    the engine itself on loopback, to compare with what the relay serves."""
+    import yaml
+
+    config = yaml.safe_load((DEPLOY / "prometheus" / "vastmgr-scrape.yml").read_text())
+    (workdir / "vastmgr-token").write_text(token)
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    assert config["rule_files"] == ["vastmgr-rules.yml"]
+    config["rule_files"] = [str(DEPLOY / "prometheus" / "vastmgr-rules.yml")]
+    jobs = config["scrape_configs"]
+    assert [job["job_name"] for job in jobs] == ["vastmgr", "vastmgr-engines"]
+    for job in jobs:
+        assert job["authorization"] == {"credentials_file": "/etc/prometheus/vastmgr-token"}
+        job["authorization"]["credentials_file"] = str(workdir / "vastmgr-token")
+        job["static_configs"] = [{"targets": [base.removeprefix("https://")]}]
+        job["tls_config"] = {"insecure_skip_verify": True}
+    jobs.append({"job_name": "engine-direct",
+                 "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]})
     path = workdir / "prometheus.yml"
-    path.write_text(json.dumps(config))  # JSON is YAML
+    path.write_text(yaml.safe_dump(config))
     return path
 
 
