@@ -1,8 +1,10 @@
 """Django settings, all read from the environment (see README "Configuration")."""
 
+import os
 from pathlib import Path
 
 from vastmgr import config
+from vastmgr.metrics import conf as metrics_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = config.data_dir(BASE_DIR)
@@ -35,6 +37,8 @@ INSTALLED_APPS = [
     "vastmgr.fleet",
     "vastmgr.proofs",
     "vastmgr.remote",
+    "vastmgr.metrics",
+    "vastmgr.notify",
 ]
 
 MIDDLEWARE = [
@@ -99,3 +103,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "INFO"},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Operations (README "Operations"): Prometheus metrics and their alert thresholds.
+VASTMGR_METRICS_TOKEN = os.environ.get("VASTMGR_METRICS_TOKEN", "").strip()
+VASTMGR_METRICS_RELAY_INTERVAL = metrics_conf.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
+VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_conf.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)
+VASTMGR_BACKLOG_BUDGET_SECONDS = metrics_conf.backlog_budgets()
+# Notifications (vastmgr/notify): retries wait the base, doubled each time, up to the cap.
+VASTMGR_NOTIFY_BACKOFF_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_S", 5.0)
+VASTMGR_NOTIFY_BACKOFF_CAP_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_CAP_S", 600.0)
+VASTMGR_NOTIFY_ATTEMPTS = int(metrics_conf.env_positive("VASTMGR_NOTIFY_ATTEMPTS", 8.0))

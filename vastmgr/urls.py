@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from vastmgr.fleet import views as fleet_views
+from vastmgr.metrics import views as metrics_views
 from vastmgr.proofs import views as proof_views
 
 urlpatterns = [
@@ -24,8 +25,11 @@ urlpatterns = [
          name="machine-state"),
     path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
     path("remote/", include("vastmgr.remote.urls")),
+    path("notify/", include("vastmgr.notify.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_views.fleet_metrics, name="metrics"),
+    path("metrics/engines", metrics_views.engine_metrics, name="metrics-engines"),
 ]
 
 # Error pages extend base.html for the navigation; a 500 is rendered without the request's

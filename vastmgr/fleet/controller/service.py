@@ -22,6 +22,7 @@ from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.fleet.partial_snapshot import PartialSnapshot, idle_with_work_waiting
+from vastmgr.metrics import relay as controller_metrics
 from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
@@ -93,6 +94,7 @@ class FleetController:
                     await self.tick()
                 except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
                     await self.faults.record(exc)
+                controller_metrics.tick_done(self, loop.time() - started)
                 remaining = self.tick_seconds - (loop.time() - started)
                 try:
                     await asyncio.wait_for(stop.wait(), max(remaining, 0.0))

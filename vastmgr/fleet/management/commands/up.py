@@ -160,6 +160,7 @@ class Command(BaseCommand):
                            "vastmgr.asgi:application"]),
             ("controller", [python, manage, "run_fleet", "--dashboard-url", dashboard]),
             ("automation", [python, manage, "remote_automation"]),
+            ("notifier", [python, manage, "run_notifier"]),
             ("engine", [python, manage, "run_engine"]
              + (["--config", engine_config] if engine_config else [])
              + (["--listen", engine_listen] if engine_listen else [])),

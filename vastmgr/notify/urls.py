@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+app_name = "notify"
+urlpatterns = [
+    path("", views.channels, name="channels"),
+    path("<int:pk>/test/", views.test_channel, name="test"),
+    path("<int:pk>/delete/", views.delete_channel, name="delete"),
+]
