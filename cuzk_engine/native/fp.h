@@ -147,4 +147,19 @@ HD fp_t fp_from_mont(const fp_t *a)
     return fp_mul(a, &one);
 }
 
+/* a^-1 = a^(p-2) (Fermat) for a != 0, Montgomery in and out; 0 maps to 0. Used once per batch
+ * of affine additions and per MSM result, so the plain square-and-multiply is cheap enough. */
+HD fp_t fp_inv(const fp_t *a)
+{
+    const fr_limb e[FP_LIMBS] = {FP_P0 - 2, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5};
+    fp_t acc = fp_one();
+    for (int limb = FP_LIMBS - 1; limb >= 0; limb--) {
+        for (int bit = 63; bit >= 0; bit--) {
+            acc = fp_sqr(&acc);
+            if ((e[limb] >> bit) & 1) acc = fp_mul(&acc, a);
+        }
+    }
+    return acc;
+}
+
 #endif

@@ -1,0 +1,73 @@
+/* Host (CPU) MSMs for G1 and G2, built with the system C compiler (-pthread) and loaded through
+ * ctypes by cuzk_engine.native.msm. The group law is the one the CUDA kernels use (jacobian.h
+ * via g1.h / g2.h); the Pippenger driver (msm_cpu.h) is instantiated once per group. Every
+ * point crosses the boundary as canonical LE affine limbs (arkworks' xy bytes), every scalar as
+ * 4 canonical LE limbs. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "g2.h"
+#include "msm.h" /* msm_window_digit */
+
+#define MSM_MAX_THREADS 64
+
+static fp_t fp_load_mont(const fr_limb *src)
+{
+    fp_t a;
+    for (int i = 0; i < FP_LIMBS; i++) a.l[i] = src[i];
+    return fp_to_mont(&a);
+}
+
+static void fp_store_canonical(fr_limb *dst, const fp_t *a)
+{
+    const fp_t c = fp_from_mont(a);
+    for (int i = 0; i < FP_LIMBS; i++) dst[i] = c.l[i];
+}
+
+static fp2_t fp2_load_mont(const fr_limb *src)
+{
+    fp2_t a;
+    a.c0 = fp_load_mont(src);
+    a.c1 = fp_load_mont(src + FP_LIMBS);
+    return a;
+}
+
+static void fp2_store_canonical(fr_limb *dst, const fp2_t *a)
+{
+    fp_store_canonical(dst, &a->c0);
+    fp_store_canonical(dst + FP_LIMBS, &a->c1);
+}
+
+/* The window width c minimising ceil(256 / c) * (m bucket additions + 2^c reduction additions,
+ * which are full Jacobian additions at about 1.4 times the cost of a bucket addition). */
+static unsigned int msm_choose_window(int64_t m)
+{
+    unsigned int best = 2;
+    double best_cost = 0;
+    for (unsigned int c = 2; c <= 20; c++) {
+        const double cost = (double)((256 + c - 1) / c) * ((double)m + 1.4 * (double)(1 << c));
+        if (c == 2 || cost < best_cost) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+#define JAC_GROUP g1
+#define JAC_FIELD fp
+#define MSM_COORD_LIMBS FP_LIMBS
+#include "msm_cpu.h"
+#undef JAC_GROUP
+#undef JAC_FIELD
+#undef MSM_COORD_LIMBS
+
+#define JAC_GROUP g2
+#define JAC_FIELD fp2
+#define MSM_COORD_LIMBS (2 * FP_LIMBS)
+#include "msm_cpu.h"
+#undef JAC_GROUP
+#undef JAC_FIELD
+#undef MSM_COORD_LIMBS
