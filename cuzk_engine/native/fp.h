@@ -76,6 +76,9 @@ HD fp_t fp_reduce_once(const fp_t *a, fr_limb carry)
     return (carry >= borrow) ? d : *a;
 }
 
+#if defined(FP_HOST_FAST) && defined(__x86_64__) && !defined(__CUDACC__)
+#include "fp_x64.h"
+#else
 HD fp_t fp_add(const fp_t *a, const fp_t *b)
 {
     fp_t s;
@@ -95,15 +98,6 @@ HD fp_t fp_sub(const fp_t *a, const fp_t *b)
         for (int i = 0; i < FP_LIMBS; i++) d.l[i] = fr_adc(d.l[i], p.l[i], &carry);
     }
     return d;
-}
-
-HD fp_t fp_dbl(const fp_t *a) { return fp_add(a, a); }
-
-HD fp_t fp_neg(const fp_t *a)
-{
-    if (fp_is_zero(a)) return *a;
-    const fp_t p = fp_modulus();
-    return fp_sub(&p, a);
 }
 
 /* Montgomery product a*b*R^-1 mod p (CIOS). Inputs < p give an output < p. */
@@ -130,6 +124,17 @@ HD fp_t fp_mul(const fp_t *a, const fp_t *b)
     fp_t r;
     for (int i = 0; i < FP_LIMBS; i++) r.l[i] = t[i];
     return fp_reduce_once(&r, t[FP_LIMBS]);
+}
+
+#endif
+
+HD fp_t fp_dbl(const fp_t *a) { return fp_add(a, a); }
+
+HD fp_t fp_neg(const fp_t *a)
+{
+    if (fp_is_zero(a)) return *a;
+    const fp_t p = fp_modulus();
+    return fp_sub(&p, a);
 }
 
 HD fp_t fp_sqr(const fp_t *a) { return fp_mul(a, a); }

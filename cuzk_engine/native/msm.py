@@ -18,9 +18,10 @@ import numpy as np
 
 from cuzk_engine.native import _find_compiler, build_library
 
-SOURCES = ("fr.h", "fp.h", "fp2.h", "jacobian.h", "g1.h", "g2.h", "msm.h", "msm_cpu.h",
+SOURCES = ("fr.h", "fp.h", "fp_x64.h", "fp2.h", "jacobian.h", "g1.h", "g2.h", "msm.h", "msm_cpu.h",
            "msm_host.c")
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread")
+# no auto-vectorisation: it packs the carry-chain selects into vector moves, ~5% slower
+CFLAGS = ("-O3", "-fno-tree-vectorize", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread")
 COORD_BYTES = {"g1": 48, "g2": 96}
 
 _lock = threading.Lock()

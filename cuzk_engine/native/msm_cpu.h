@@ -75,32 +75,209 @@ static void *G_(msm_prepare)(void *raw)
     return NULL;
 }
 
+/* One window's buckets: affine points summed in batches that share one inversion. A batch
+ * holds at most one pending addition per bucket; a point meeting a bucket that is already
+ * pending waits for the next batch, and when that queue is full too (digits repeating more
+ * than the batches can absorb) it goes to the bucket's Jacobian overflow sum (a mixed
+ * addition), so repeated digits never serialise the batches. */
+typedef struct {
+    G_(affine_t) *bucket;        /* affine sums, valid where state == 1 */
+    G_(jacobian_t) *overflow;    /* valid where state & 2 */
+    uint8_t *state;
+    uint32_t *stamp;             /* the batch a bucket is pending in (+1; 0 = never) */
+    int32_t *entry_bucket;       /* per batch entry */
+    G_(affine_t) *entry_point;
+    F_(t) *entry_den, *entry_prefix;
+    uint8_t *entry_kind;
+    int32_t *wait_bucket, *retry_bucket; /* the queue for the next batch, and the one being */
+    G_(affine_t) *wait_point, *retry_point; /* placed after a flush */
+    int64_t half, batch, count, waiting;
+    uint32_t batch_id;
+} G_(msm_buckets_t);
+
+static void G_(msm_buckets_free)(G_(msm_buckets_t) *bk)
+{
+    free(bk->bucket);
+    free(bk->overflow);
+    free(bk->state);
+    free(bk->stamp);
+    free(bk->entry_bucket);
+    free(bk->entry_point);
+    free(bk->entry_den);
+    free(bk->entry_prefix);
+    free(bk->entry_kind);
+    free(bk->wait_bucket);
+    free(bk->retry_bucket);
+    free(bk->wait_point);
+    free(bk->retry_point);
+}
+
+static int G_(msm_buckets_alloc)(G_(msm_buckets_t) *bk, unsigned int c)
+{
+    memset(bk, 0, sizeof *bk);
+    bk->half = (int64_t)1 << (c - 1);
+    /* long enough to spread the inversion's ~570 multiplications thin; not above the bucket
+     * count, where most entries would collide and wait */
+    bk->batch = bk->half < 16 ? 16 : (bk->half > 1024 ? 1024 : bk->half);
+    bk->batch_id = 1;
+    const size_t h = (size_t)bk->half, e = (size_t)bk->batch;
+    bk->bucket = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * h);
+    bk->overflow = (G_(jacobian_t) *)malloc(sizeof(G_(jacobian_t)) * h);
+    bk->state = (uint8_t *)calloc(h, 1);
+    bk->stamp = (uint32_t *)calloc(h, sizeof(uint32_t));
+    bk->entry_bucket = (int32_t *)malloc(sizeof(int32_t) * e);
+    bk->entry_point = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * e);
+    bk->entry_den = (F_(t) *)malloc(sizeof(F_(t)) * e);
+    bk->entry_prefix = (F_(t) *)malloc(sizeof(F_(t)) * e);
+    bk->entry_kind = (uint8_t *)malloc(e);
+    bk->wait_bucket = (int32_t *)malloc(sizeof(int32_t) * e);
+    bk->retry_bucket = (int32_t *)malloc(sizeof(int32_t) * e);
+    bk->wait_point = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * e);
+    bk->retry_point = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * e);
+    if (!bk->bucket || !bk->overflow || !bk->state || !bk->stamp || !bk->entry_bucket
+        || !bk->entry_point || !bk->entry_den || !bk->entry_prefix || !bk->entry_kind
+        || !bk->wait_bucket || !bk->retry_bucket || !bk->wait_point || !bk->retry_point) {
+        G_(msm_buckets_free)(bk);
+        return -1;
+    }
+    return 0;
+}
+
+/* Applies the pending additions bucket[b] += point: one inversion for all denominators
+ * (Montgomery's trick), then lambda, x3 = lambda^2 - x1 - x2, y3 = lambda (x1 - x3) - y1. */
+static void G_(msm_flush)(G_(msm_buckets_t) *bk, int64_t count)
+{
+    if (count == 0) return;
+    /* four interleaved product chains instead of one: consecutive entries multiply into
+     * different accumulators, so the out-of-order core overlaps their Montgomery products
+     * instead of waiting out each one's latency */
+    F_(t) acc[MSM_LANES];
+    for (int l = 0; l < MSM_LANES; l++) acc[l] = F_(one)();
+    for (int64_t e = 0; e < count; e++) {
+        const G_(affine_t) *a = &bk->bucket[bk->entry_bucket[e]];
+        const G_(affine_t) *p = &bk->entry_point[e];
+        if (!F_(eq)(&a->x, &p->x)) {
+            bk->entry_kind[e] = MSM_ADD;
+            bk->entry_den[e] = F_(sub)(&p->x, &a->x);
+        } else if (F_(eq)(&a->y, &p->y)) {
+            bk->entry_kind[e] = MSM_DOUBLE; /* y != 0: the prime-order groups have no 2-torsion */
+            bk->entry_den[e] = F_(dbl)(&a->y);
+        } else {
+            bk->entry_kind[e] = MSM_CANCEL;
+            bk->entry_den[e] = F_(one)();
+        }
+        F_(t) *lane = &acc[e % MSM_LANES];
+        bk->entry_prefix[e] = *lane;
+        *lane = F_(mul)(lane, &bk->entry_den[e]);
+    }
+    /* one inversion of the four lanes' product, then each lane's inverse from it */
+    const F_(t) p01 = F_(mul)(&acc[0], &acc[1]);
+    const F_(t) p23 = F_(mul)(&acc[2], &acc[3]);
+    const F_(t) all = F_(mul)(&p01, &p23);
+    const F_(t) inv_all = F_(inv)(&all);
+    const F_(t) inv01 = F_(mul)(&inv_all, &p23);
+    const F_(t) inv23 = F_(mul)(&inv_all, &p01);
+    F_(t) inv[MSM_LANES];
+    inv[0] = F_(mul)(&inv01, &acc[1]);
+    inv[1] = F_(mul)(&inv01, &acc[0]);
+    inv[2] = F_(mul)(&inv23, &acc[3]);
+    inv[3] = F_(mul)(&inv23, &acc[2]);
+    for (int64_t e = count - 1; e >= 0; e--) {
+        F_(t) *lane = &inv[e % MSM_LANES];
+        const F_(t) den_inv = F_(mul)(lane, &bk->entry_prefix[e]);
+        *lane = F_(mul)(lane, &bk->entry_den[e]);
+        const int32_t b = bk->entry_bucket[e];
+        G_(affine_t) *a = &bk->bucket[b];
+        if (bk->entry_kind[e] == MSM_CANCEL) {
+            bk->state[b] &= (uint8_t)~1u;
+            continue;
+        }
+        F_(t) num;
+        if (bk->entry_kind[e] == MSM_ADD) {
+            num = F_(sub)(&bk->entry_point[e].y, &a->y);
+        } else {
+            const F_(t) xx = F_(sqr)(&a->x);
+            num = F_(dbl)(&xx);
+            num = F_(add)(&num, &xx);
+        }
+        const F_(t) lambda = F_(mul)(&num, &den_inv);
+        F_(t) x3 = F_(sqr)(&lambda);
+        x3 = F_(sub)(&x3, &a->x);
+        x3 = F_(sub)(&x3, &bk->entry_point[e].x);
+        F_(t) y3 = F_(sub)(&a->x, &x3);
+        y3 = F_(mul)(&lambda, &y3);
+        a->y = F_(sub)(&y3, &a->y);
+        a->x = x3;
+    }
+}
+
+/* bucket[b] += p: at once into an empty bucket, else as an entry of the current batch, else
+ * (b already pending) queued for the next batch or, with the queue full, into the overflow.
+ * Never flushes: the caller keeps count < batch before placing. */
+static void G_(msm_place)(G_(msm_buckets_t) *bk, int32_t b, const G_(affine_t) *p)
+{
+    if (!(bk->state[b] & 1)) {
+        bk->bucket[b] = *p;
+        bk->state[b] |= 1;
+    } else if (bk->stamp[b] != bk->batch_id) {
+        bk->stamp[b] = bk->batch_id;
+        bk->entry_bucket[bk->count] = b;
+        bk->entry_point[bk->count] = *p;
+        bk->count++;
+    } else if (bk->waiting < bk->batch) {
+        bk->wait_bucket[bk->waiting] = b;
+        bk->wait_point[bk->waiting] = *p;
+        bk->waiting++;
+    } else if (bk->state[b] & 2) {
+        bk->overflow[b] = G_(add_mixed)(&bk->overflow[b], p);
+    } else {
+        bk->overflow[b] = G_(from_affine)(p);
+        bk->state[b] |= 2;
+    }
+}
+
+/* Applies the batch, then opens the next one with the queued entries (at most `batch`). */
+static void G_(msm_next_batch)(G_(msm_buckets_t) *bk)
+{
+    G_(msm_flush)(bk, bk->count);
+    bk->count = 0;
+    bk->batch_id++;
+    int32_t *tb = bk->retry_bucket;
+    G_(affine_t) *tp = bk->retry_point;
+    bk->retry_bucket = bk->wait_bucket;
+    bk->retry_point = bk->wait_point;
+    bk->wait_bucket = tb;
+    bk->wait_point = tp;
+    const int64_t retries = bk->waiting;
+    bk->waiting = 0;
+    for (int64_t e = 0; e < retries; e++)
+        G_(msm_place)(bk, bk->retry_bucket[e], &bk->retry_point[e]);
+}
+
 /* sum_k digits[w][k] * points[k] over the buckets of window w. */
 static int G_(msm_window)(G_(msm_ctx_t) *ctx, unsigned int w, G_(jacobian_t) *out)
 {
-    const int64_t half = (int64_t)1 << (ctx->c - 1);
-    G_(jacobian_t) *buckets = (G_(jacobian_t) *)malloc(sizeof(G_(jacobian_t)) * (size_t)half);
-    if (!buckets) return -1;
-    for (int64_t b = 0; b < half; b++) buckets[b] = G_(infinity)();
+    G_(msm_buckets_t) bk;
+    if (G_(msm_buckets_alloc)(&bk, ctx->c) != 0) return -1;
     const int32_t *digits = ctx->digits + (int64_t)w * ctx->m;
     for (int64_t k = 0; k < ctx->m; k++) {
         const int32_t d = digits[k];
-        if (d > 0) {
-            buckets[d - 1] = G_(add_mixed)(&buckets[d - 1], &ctx->points[k]);
-        } else if (d < 0) {
-            G_(affine_t) neg = ctx->points[k];
-            neg.y = F_(neg)(&neg.y);
-            buckets[-d - 1] = G_(add_mixed)(&buckets[-d - 1], &neg);
-        }
+        if (d == 0) continue;
+        G_(affine_t) p = ctx->points[k];
+        if (d < 0) p.y = F_(neg)(&p.y);
+        if (bk.count == bk.batch) G_(msm_next_batch)(&bk);
+        G_(msm_place)(&bk, (d > 0 ? d : -d) - 1, &p);
     }
+    while (bk.count > 0 || bk.waiting > 0) G_(msm_next_batch)(&bk);
     /* sum_b (b + 1) * B_b: the running sum adds B_b once for every bucket at or below it */
     G_(jacobian_t) running = G_(infinity)();
     G_(jacobian_t) total = G_(infinity)();
-    for (int64_t b = half - 1; b >= 0; b--) {
-        running = G_(add)(&running, &buckets[b]);
+    for (int64_t b = bk.half - 1; b >= 0; b--) {
+        if (bk.state[b] & 1) running = G_(add_mixed)(&running, &bk.bucket[b]);
+        if (bk.state[b] & 2) running = G_(add)(&running, &bk.overflow[b]);
         total = G_(add)(&total, &running);
     }
-    free(buckets);
+    G_(msm_buckets_free)(&bk);
     *out = total;
     return 0;
 }

@@ -3,6 +3,7 @@
  * via g1.h / g2.h); the Pippenger driver (msm_cpu.h) is instantiated once per group. Every
  * point crosses the boundary as canonical LE affine limbs (arkworks' xy bytes), every scalar as
  * 4 canonical LE limbs. */
+#define FP_HOST_FAST /* fp_x64.h: the carry-chain Fp arithmetic */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +13,10 @@
 #include "msm.h" /* msm_window_digit */
 
 #define MSM_MAX_THREADS 64
+
+/* what a pending batched affine addition turns out to be */
+enum { MSM_ADD = 0, MSM_DOUBLE = 1, MSM_CANCEL = 2 };
+#define MSM_LANES 4 /* independent product chains in a batch inversion (msm_cpu.h) */
 
 static fp_t fp_load_mont(const fr_limb *src)
 {
@@ -40,14 +45,14 @@ static void fp2_store_canonical(fr_limb *dst, const fp2_t *a)
     fp_store_canonical(dst + FP_LIMBS, &a->c1);
 }
 
-/* The window width c minimising ceil(256 / c) * (m bucket additions + 2^c reduction additions,
- * which are full Jacobian additions at about 1.4 times the cost of a bucket addition). */
+/* The window width c minimising ceil(256 / c) * (m bucket additions + 2^(c-1) buckets to
+ * reduce, each a mixed and a full Jacobian addition: about four batched affine additions). */
 static unsigned int msm_choose_window(int64_t m)
 {
     unsigned int best = 2;
     double best_cost = 0;
     for (unsigned int c = 2; c <= 20; c++) {
-        const double cost = (double)((256 + c - 1) / c) * ((double)m + 1.4 * (double)(1 << c));
+        const double cost = (double)((256 + c - 1) / c) * ((double)m + 2.0 * (double)(1 << c));
         if (c == 2 || cost < best_cost) {
             best = c;
             best_cost = cost;

@@ -10,6 +10,7 @@ import pytest
 from py_arkworks_bls12381 import G1Point, G2Point, Scalar
 
 from cuzk_engine.field import MODULUS
+from cuzk_engine.native import _find_compiler, build_library
 from cuzk_engine.native import msm as native_msm
 
 R_MINUS_1 = MODULUS - 1
@@ -18,9 +19,13 @@ GROUPS = {"g1": G1Point, "g2": G2Point}
 
 @pytest.fixture(scope="module")
 def lib():
-    loaded = native_msm.load()
-    if loaded is None:
+    compiler = _find_compiler()
+    if compiler is None:
         pytest.skip("no C compiler")
+    # built directly, so a compile error fails the tests instead of skipping them
+    build_library(compiler, "msm_host.c", native_msm.SOURCES, native_msm.CFLAGS, "cuzk_msm")
+    loaded = native_msm.load()
+    assert loaded is not None
     return loaded
 
 
@@ -98,3 +103,13 @@ def test_rejects_mismatched_lengths(lib):
         lib.msm("g1", xy, limbs([1, 2]))
     with pytest.raises(ValueError, match="not a multiple"):
         lib.msm("g1", xy[:-1], limbs([1]))
+
+
+@pytest.mark.parametrize("scalar", [3, R_MINUS_1 - 2])
+def test_one_repeated_digit_fills_the_wait_queue_and_the_overflow(lib, group, scalar):
+    # every point lands in the same bucket of each window: one fills it, one is pending, a
+    # batch's worth waits for the next batch and the rest goes to the Jacobian overflow
+    name, point_type, pts = group
+    scalars = [scalar] * len(pts)
+    expected = reference(point_type, pts, scalars)
+    assert ours(lib, name, pts, scalars, window=8, threads=2) == expected
