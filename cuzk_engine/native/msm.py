@@ -64,8 +64,14 @@ class NativeMsm:
         return out.raw
 
 
+DISABLE_ENV = "CUZK_NATIVE_MSM"
+
+
 def load() -> NativeMsm | None:
-    """The compiled MSMs, building them on first use; None when no C compiler works."""
+    """The compiled MSMs, building them on first use; None when no C compiler works, or when
+    CUZK_NATIVE_MSM=0 asks for the arkworks MSMs (the benchmarks' same-run baseline)."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return None
     compiler = _find_compiler()
     if compiler is None:
         return None
