@@ -251,6 +251,17 @@ def cmd_bench_prover(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_msm(args: argparse.Namespace) -> int:
+    from cuzk_engine.bench.msm import run_msm_bench, table
+
+    sizes = tuple(range(args.min_log, args.max_log + 1, 2))
+    groups = ("g1", "g2") if args.group == "both" else (args.group,)
+    report = run_msm_bench(sizes, groups, args.reps, args.threads)
+    print(json.dumps(report, indent=1))
+    print(table(report))
+    return 0
+
+
 def _add_backend(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu, cuda, cuda:<n> or auto")
 
@@ -288,3 +299,14 @@ def register_bench(bench) -> None:
     _add_backend(p)
     add_param_cache_argument(p)
     p.set_defaults(func=cmd_bench_prover)
+
+    p = bench.add_parser("msm", help="native G1/G2 MSMs against arkworks, same run")
+    p.add_argument("--min-log", type=int, default=12, help="smallest size, log2 (default 12)")
+    p.add_argument("--max-log", type=int, default=16,
+                   help="largest size, log2, in steps of 2 (default 16, ~1-2 min here; 18 for "
+                        "the full range)")
+    p.add_argument("--group", default="both", choices=("g1", "g2", "both"))
+    p.add_argument("--reps", type=int, default=3, help="alternating runs per size (median)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="native MSM threads (default: os.cpu_count())")
+    p.set_defaults(func=cmd_bench_msm)

@@ -23,6 +23,9 @@ SOURCES = ("fr.h", "fp.h", "fp_x64.h", "fp2.h", "jacobian.h", "g1.h", "g2.h", "m
 # no auto-vectorisation: it packs the carry-chain selects into vector moves, ~5% slower
 CFLAGS = ("-O3", "-fno-tree-vectorize", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread")
 COORD_BYTES = {"g1": 48, "g2": 96}
+# what an MSM reports about itself, in msm_host.c's MSM_STAT_* order
+STATS = ("window", "windows", "general_scalars", "one_scalars", "bucket_additions",
+         "reduction_additions", "doublings")
 
 _lock = threading.Lock()
 _loaded: dict[str, NativeMsm | None] = {}
@@ -41,13 +44,14 @@ class NativeMsm:
         for group in COORD_BYTES:
             fn = getattr(lib, f"{group}_msm")
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_uint, ctypes.c_int]
+                           ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
             fn.restype = ctypes.c_int
             self._fns[group] = fn
 
     def msm(self, group: str, xy: bytes, scalars: np.ndarray, *, threads: int | None = None,
-            window: int = 0) -> bytes:
-        """The affine x||y bytes of the sum. window=0 picks the window width from the size."""
+            window: int = 0, stats: dict[str, int] | None = None) -> bytes:
+        """The affine x||y bytes of the sum. window=0 picks the window width from the size;
+        `stats`, when given, is filled with the STATS counts of this call."""
         point_bytes = 2 * COORD_BYTES[group]
         n = len(xy) // point_bytes
         if len(xy) != n * point_bytes:
@@ -57,10 +61,13 @@ class NativeMsm:
             raise ValueError(f"MSM length mismatch: {n} points, scalars of shape {scalars.shape}")
         out = ctypes.create_string_buffer(point_bytes)
         bases = ctypes.c_char_p(xy) if isinstance(xy, bytes) else xy
+        counts = np.zeros(len(STATS), dtype=np.int64)
         rc = self._fns[group](out, bases, scalars.ctypes.data, n, window,
-                              threads or default_threads())
+                              threads or default_threads(), counts.ctypes.data)
         if rc != 0:
             raise MemoryError(f"native {group} MSM of {n} points could not allocate its tables")
+        if stats is not None:
+            stats.update(zip(STATS, (int(x) for x in counts)))
         return out.raw
 
 

@@ -14,7 +14,8 @@
  *      window job sorts its points into buckets with affine additions batched over one shared
  *      inversion, then reduces the buckets by a running sum.
  *   4. the window sums are combined by Horner's rule (c doublings between windows).
- * Returns 0, or -1 when memory could not be allocated. */
+ * Returns 0, or -1 when memory could not be allocated. `stats`, when not NULL, receives the
+ * MSM_STAT_* counts. */
 
 #define G_(name) JAC_CAT(JAC_GROUP, name)
 #define F_(name) JAC_CAT(JAC_FIELD, name)
@@ -24,6 +25,7 @@ typedef struct {
     const fr_limb *scalars;      /* n x 4 canonical */
     int64_t *general;            /* indices of the general points, then of the ones */
     int64_t m, n_ones;
+    int64_t nonzero_digits;      /* bucket additions, summed by the prepare threads */
     G_(affine_t) *points;        /* m general points, Montgomery */
     int32_t *digits;             /* window-major: digits[w * m + k] */
     unsigned int c, windows;
@@ -60,6 +62,7 @@ static void *G_(msm_prepare)(void *raw)
     const int64_t lo = ctx->m * arg->id / ctx->threads;
     const int64_t hi = ctx->m * (arg->id + 1) / ctx->threads;
     const int64_t half = (int64_t)1 << (ctx->c - 1);
+    int64_t nonzero = 0;
     for (int64_t k = lo; k < hi; k++) {
         const int64_t i = ctx->general[k];
         ctx->points[k] = G_(load_affine)(ctx->bases + 2 * MSM_COORD_LIMBS * i);
@@ -70,8 +73,10 @@ static void *G_(msm_prepare)(void *raw)
             carry = d > half;
             if (carry) d -= 2 * half;
             ctx->digits[(int64_t)w * ctx->m + k] = (int32_t)d;
+            nonzero += d != 0;
         }
     }
+    __atomic_fetch_add(&ctx->nonzero_digits, nonzero, __ATOMIC_RELAXED);
     return NULL;
 }
 
@@ -344,7 +349,7 @@ static void G_(store_affine)(fr_limb *out, const G_(jacobian_t) *p)
 }
 
 int G_(msm)(fr_limb *out, const fr_limb *bases, const fr_limb *scalars, int64_t n,
-            unsigned int c, int threads)
+            unsigned int c, int threads, int64_t *stats)
 {
     int rc = -1;
     G_(msm_ctx_t) ctx;
@@ -381,6 +386,16 @@ int G_(msm)(fr_limb *out, const fr_limb *bases, const fr_limb *scalars, int64_t 
     }
     acc = G_(add)(&acc, &ctx.sums[ctx.windows]);
     G_(store_affine)(out, &acc);
+    if (stats) {
+        /* what the benchmark reports: the shape, and the group additions it implies */
+        stats[MSM_STAT_WINDOW] = ctx.c;
+        stats[MSM_STAT_WINDOWS] = ctx.windows;
+        stats[MSM_STAT_GENERAL] = ctx.m;
+        stats[MSM_STAT_ONES] = ctx.n_ones;
+        stats[MSM_STAT_BUCKET_ADDS] = ctx.nonzero_digits;
+        stats[MSM_STAT_REDUCTION_ADDS] = (int64_t)ctx.windows << ctx.c; /* 2 per bucket */
+        stats[MSM_STAT_DOUBLINGS] = (int64_t)(ctx.windows - 1) * ctx.c;
+    }
     rc = 0;
 done:
     free(ctx.general);

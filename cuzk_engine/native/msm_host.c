@@ -16,6 +16,11 @@
 
 /* what a pending batched affine addition turns out to be */
 enum { MSM_ADD = 0, MSM_DOUBLE = 1, MSM_CANCEL = 2 };
+/* indices of the optional stats array an MSM fills (cuzk_engine.native.msm.STATS) */
+enum {
+    MSM_STAT_WINDOW, MSM_STAT_WINDOWS, MSM_STAT_GENERAL, MSM_STAT_ONES, MSM_STAT_BUCKET_ADDS,
+    MSM_STAT_REDUCTION_ADDS, MSM_STAT_DOUBLINGS, MSM_STAT_COUNT
+};
 #define MSM_LANES 4 /* independent product chains in a batch inversion (msm_cpu.h) */
 
 static fp_t fp_load_mont(const fr_limb *src)

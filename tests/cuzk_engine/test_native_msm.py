@@ -3,15 +3,21 @@ on the edges: zero, one and r - 1 scalars, repeated and opposite bases (the doub
 cancelling cases inside a bucket), the point at infinity, n = 1, sizes that are not powers of
 two, forced window widths and thread counts."""
 
+import json
 import secrets
 
 import numpy as np
 import pytest
 from py_arkworks_bls12381 import G1Point, G2Point, Scalar
 
+from cuzk_engine import groth16
+from cuzk_engine.backend import select_backend
+from cuzk_engine.cli import main
+from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.field import MODULUS
 from cuzk_engine.native import _find_compiler, build_library
 from cuzk_engine.native import msm as native_msm
+from tests.cuzk_engine.conftest import blst_verify
 
 R_MINUS_1 = MODULUS - 1
 GROUPS = {"g1": G1Point, "g2": G2Point}
@@ -113,3 +119,37 @@ def test_one_repeated_digit_fills_the_wait_queue_and_the_overflow(lib, group, sc
     scalars = [scalar] * len(pts)
     expected = reference(point_type, pts, scalars)
     assert ours(lib, name, pts, scalars, window=8, threads=2) == expected
+
+
+def test_bench_msm_prints_json_and_a_table(lib, capsys):
+    # the smallest run: both groups at 2^12 once, each result checked against arkworks inside
+    assert main(["bench", "msm", "--min-log", "12", "--max-log", "12", "--reps", "1",
+                 "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[:out.rindex("}") + 1])
+    rows = {r["group"]: r for r in report["results"]}
+    assert sorted(rows) == ["g1", "g2"]
+    for row in rows.values():
+        assert row["n"] == 4096 and row["threads"] == 2
+        assert row["speedup"] > 0 and row["additions_per_s"] > 0
+        # every scalar is random: nearly every one of its windows has a nonzero digit
+        assert row["bucket_additions"] > 0.9 * row["n"] * row["windows"]
+        assert row["reduction_additions"] == row["windows"] << row["window"]
+    assert "| G1 2^12 | 2 |" in out and "| G2 2^12 | 2 |" in out
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_proofs_verify_with_native_and_with_arkworks_msms(tiny_params, monkeypatch, native):
+    # CUZK_NATIVE_MSM=0 is the arkworks fallback (also what runs without a C compiler); both
+    # must give proofs blst accepts, through the split path and the monolithic one
+    monkeypatch.setenv(native_msm.DISABLE_ENV, native)
+    assert (native_msm.load() is None) == (native == "0")
+    params = tiny_params["porep-c2"]
+    backend = select_backend("cpu")
+    for partition in (0, 1):
+        synth = synthesize("porep-c2", "tiny", 5, partition)
+        if partition:
+            proof = groth16.prove(synth, params, backend)
+        else:
+            proof = groth16.prove_finish(groth16.prove_start(synth, params, backend), params)
+        assert blst_verify(params.vk.to_json(), synth.public_inputs, proof)
