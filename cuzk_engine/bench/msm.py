@@ -1,7 +1,8 @@
 """G1 and G2 MSMs: the native multi-core Pippenger against py-arkworks' multiexp, same run.
 
 Per group and size 2^k: the median wall time of each over `reps` alternating runs on the same
-uniformly random scalars (the witness's 0/1 values would flatter the native side, which sums
+uniformly random scalars, and the median CPU seconds (this process, every thread: what the
+work costs whatever else shares the machine) (the witness's 0/1 values would flatter the native side, which sums
 them directly), the speedup, the threads used, and the group additions the native algorithm
 needs (bucket additions for every nonzero signed digit, two per bucket in the reductions, the
 doublings between windows) with the rate achieved. Bases are 4096 distinct points repeated:
@@ -50,24 +51,29 @@ def measure(lib: native_msm.NativeMsm, group: str, log_n: int, reps: int,
     n = 1 << log_n
     points, xy = _bases(point_type, n)
     limbs, scalars = _scalars(n)
-    ours_s, arkworks_s = [], []
+    ours_s, arkworks_s, ours_cpu, arkworks_cpu = [], [], [], []
     stats: dict[str, int] = {}
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         ours = lib.msm(group, xy, limbs, threads=threads, stats=stats)
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         reference = point_type.multiexp_unchecked(points, scalars)
-        t2 = time.perf_counter()
+        c2, t2 = time.process_time(), time.perf_counter()
         if point_type.from_xy_bytes_unchecked_le(ours) != reference:
             raise ArithmeticError(f"native {group} MSM of 2^{log_n} disagrees with arkworks")
         ours_s.append(t1 - t0)
         arkworks_s.append(t2 - t1)
+        ours_cpu.append(c1 - c0)
+        arkworks_cpu.append(c2 - c1)
     ours_med, ark_med = statistics.median(ours_s), statistics.median(arkworks_s)
+    ours_cpu_med, ark_cpu_med = statistics.median(ours_cpu), statistics.median(arkworks_cpu)
     additions = stats["bucket_additions"] + stats["reduction_additions"] + stats["doublings"]
     return {
         "group": group, "log_n": log_n, "n": n, "threads": threads,
         "ours_s": round(ours_med, 4), "arkworks_s": round(ark_med, 4),
         "speedup": round(ark_med / ours_med, 2),
+        "ours_cpu_s": round(ours_cpu_med, 4), "arkworks_cpu_s": round(ark_cpu_med, 4),
+        "cpu_ratio": round(ark_cpu_med / ours_cpu_med, 2),
         "window": stats["window"], "windows": stats["windows"],
         "bucket_additions": stats["bucket_additions"],
         "reduction_additions": stats["reduction_additions"], "doublings": stats["doublings"],
@@ -92,8 +98,8 @@ def run_msm_bench(log_sizes: tuple[int, ...] = DEFAULT_LOG_SIZES,
     }
 
 
-COLUMNS = ("threads", "ours_s", "arkworks_s", "speedup", "window", "additions",
-           "additions_per_s")
+COLUMNS = ("threads", "ours_s", "arkworks_s", "speedup", "ours_cpu_s", "arkworks_cpu_s",
+           "cpu_ratio", "window", "additions", "additions_per_s")
 
 
 def table(report: dict) -> str:
