@@ -78,7 +78,7 @@ static const fr_limb fp_x64_modulus[FP_LIMBS + 1] = {FP_P0, FP_P1, FP_P2, FP_P3,
     "mulxq 40(%[m]), %[lo], %[hi]\n\t adoxq %[lo], %[" #T5 "]\n\t adcxq %[hi], %[" #T6 "]\n\t" \
     "adoxq %%rax, %[" #T6 "]\n\t"
 
-static inline fp_t fp_mul(const fp_t *a, const fp_t *b)
+static inline __attribute__((always_inline)) fp_t fp_mul(const fp_t *a, const fp_t *b)
 {
     fr_limb r0, r1, r2, r3, r4, r5, r6, lo, hi;
     __asm__("xorl %k[r0], %k[r0]\n\t xorl %k[r1], %k[r1]\n\t xorl %k[r2], %k[r2]\n\t"
@@ -102,7 +102,7 @@ static inline fp_t fp_mul(const fp_t *a, const fp_t *b)
 /* Montgomery product, CIOS with the "no-carry" shortcut: p's top limb is below 2^63 - 1, so
  * the running value fits six limbs plus the two carries of each row, and no seventh limb is
  * kept. Inputs < p give an output < p. */
-static inline fp_t fp_mul(const fp_t *a, const fp_t *b)
+static inline __attribute__((always_inline)) fp_t fp_mul(const fp_t *a, const fp_t *b)
 {
     static const fr_limb p[FP_LIMBS] = {FP_P0, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5};
     fr_limb t[FP_LIMBS] = {0, 0, 0, 0, 0, 0};
