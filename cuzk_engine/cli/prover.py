@@ -262,6 +262,16 @@ def cmd_bench_msm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_side_by_side(args: argparse.Namespace) -> int:
+    from cuzk_engine.bench.sidebyside import run_side_by_side, table
+
+    report = run_side_by_side(args.kind, args.profile, args.pairs, args.peer, args.peer_cwd,
+                              args.with_arkworks)
+    print(json.dumps(report, indent=1))
+    print(table(report))
+    return 0
+
+
 def _add_backend(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu, cuda, cuda:<n> or auto")
 
@@ -310,3 +320,15 @@ def register_bench(bench) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="native MSM threads (default: os.cpu_count())")
     p.set_defaults(func=cmd_bench_msm)
+
+    p = bench.add_parser("side-by-side",
+                         help="whole-process prove against a peer command, alternating")
+    p.add_argument("--kind", default="winning-post", choices=KINDS)
+    p.add_argument("--profile", default="small", choices=PROFILES)
+    p.add_argument("--pairs", type=int, default=5, help="alternating runs after a warm-up")
+    p.add_argument("--peer", help="the peer's command line, e.g. 'npx snarkjs groth16 prove "
+                                  "c.zkey c.wtns proof.json public.json'")
+    p.add_argument("--peer-cwd", help="directory to run the peer in")
+    p.add_argument("--with-arkworks", action="store_true",
+                   help="also prove with the arkworks MSMs (CUZK_NATIVE_MSM=0)")
+    p.set_defaults(func=cmd_bench_side_by_side)

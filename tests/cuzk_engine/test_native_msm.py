@@ -5,6 +5,7 @@ two, forced window widths and thread counts."""
 
 import json
 import secrets
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from py_arkworks_bls12381 import G1Point, G2Point, Scalar
 
 from cuzk_engine import groth16
 from cuzk_engine.backend import select_backend
+from cuzk_engine.bench.sidebyside import run_side_by_side
 from cuzk_engine.cli import main
 from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.field import MODULUS
@@ -153,3 +155,18 @@ def test_proofs_verify_with_native_and_with_arkworks_msms(tiny_params, monkeypat
         else:
             proof = groth16.prove_finish(groth16.prove_start(synth, params, backend), params)
         assert blst_verify(params.vk.to_json(), synth.public_inputs, proof)
+
+
+def test_side_by_side_runs_whole_processes(tiny_cache, monkeypatch):
+    # every side is a real process (ours with native and with arkworks MSMs, a trivial peer),
+    # each run after one warm-up; the proofs themselves are checked by the prove command
+    monkeypatch.setenv("CUZK_PARAM_CACHE", str(tiny_cache))
+    report = run_side_by_side("winning-post", "tiny", 1, peer=f"{sys.executable} -c pass",
+                              with_arkworks=True)
+    names = [r["side"] for r in report["results"]]
+    assert names == ["cuzk_engine", "cuzk_engine (arkworks MSMs)", "peer"]
+    for row in report["results"]:
+        assert len(row["wall_s"]) == 1 and row["median_s"] > 0 and row["peak_rss_mib"] > 0
+    assert report["results"][0]["ours_over_this"] == 1.0
+    with pytest.raises(RuntimeError, match="peer failed"):
+        run_side_by_side("winning-post", "tiny", 1, peer=f"{sys.executable} -c 'exit(3)'")
