@@ -23,7 +23,7 @@ from cuzk_engine.curve import G1Point, G2Point, Scalar
 from cuzk_engine.field import MODULUS
 from cuzk_engine.native import msm as native_msm
 
-GROUPS: dict[str, type[G1Point] | type[G2Point]] = {"g1": G1Point, "g2": G2Point}
+GROUPS: dict[str, type[G1Point | G2Point]] = {"g1": G1Point, "g2": G2Point}
 DISTINCT_BASES = 4096
 DEFAULT_LOG_SIZES = (12, 14, 16)
 

@@ -73,17 +73,15 @@ def run_side_by_side(kind: str, profile: str, pairs: int, peer: str | None = Non
     for _ in range(pairs):
         for side in runners:
             samples[side.name].append(_run(side))
-    rows = []
-    for side in runners:
-        walls = [w for w, _ in samples[side.name]]
-        rows.append({
-            "side": side.name, "command": shlex.join(side.argv),
-            "wall_s": [round(w, 3) for w in walls], "median_s": round(statistics.median(walls), 3),
-            "peak_rss_mib": round(max(r for _, r in samples[side.name]) / 1024, 1),
-        })
-    ours_median = rows[0]["median_s"]
-    for row in rows:
-        row["ours_over_this"] = round(ours_median / row["median_s"], 3)
+    medians = {name: statistics.median(w for w, _ in runs) for name, runs in samples.items()}
+    ours_median = medians[runners[0].name]
+    rows = [{
+        "side": side.name, "command": shlex.join(side.argv),
+        "wall_s": [round(w, 3) for w, _ in samples[side.name]],
+        "median_s": round(medians[side.name], 3),
+        "peak_rss_mib": round(max(r for _, r in samples[side.name]) / 1024, 1),
+        "ours_over_this": round(ours_median / medians[side.name], 3),
+    } for side in runners]
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "kind": kind, "profile": profile, "pairs": pairs, "cpu_count": os.cpu_count(),
