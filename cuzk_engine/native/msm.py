@@ -31,7 +31,15 @@ _lock = threading.Lock()
 _loaded: dict[str, NativeMsm | None] = {}
 
 
+THREADS_ENV = "CUZK_MSM_THREADS"
+
+
 def default_threads() -> int:
+    """Threads per MSM: CUZK_MSM_THREADS when set (to leave cores to synthesis processes),
+    else every core."""
+    configured = os.environ.get(THREADS_ENV, "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
     return max(1, os.cpu_count() or 1)
 
 

@@ -4,6 +4,7 @@ cancelling cases inside a bucket), the point at infinity, n = 1, sizes that are 
 two, forced window widths and thread counts."""
 
 import json
+import os
 import secrets
 import sys
 
@@ -170,3 +171,13 @@ def test_side_by_side_runs_whole_processes(tiny_cache, monkeypatch):
     assert report["results"][0]["ours_over_this"] == 1.0
     with pytest.raises(RuntimeError, match="peer failed"):
         run_side_by_side("winning-post", "tiny", 1, peer=f"{sys.executable} -c 'exit(3)'")
+
+
+def test_thread_count_defaults_to_every_core_unless_configured(monkeypatch):
+    monkeypatch.delenv(native_msm.THREADS_ENV, raising=False)
+    assert native_msm.default_threads() == max(1, os.cpu_count() or 1)
+    monkeypatch.setenv(native_msm.THREADS_ENV, "3")
+    assert native_msm.default_threads() == 3
+    for unusable in ("0", "-2", "many", ""):
+        monkeypatch.setenv(native_msm.THREADS_ENV, unusable)
+        assert native_msm.default_threads() == max(1, os.cpu_count() or 1)
