@@ -23,6 +23,8 @@ SOURCES = ("fr.h", "fp.h", "fp_x64.h", "fp2.h", "jacobian.h", "g1.h", "g2.h", "m
 # no auto-vectorisation: it packs the carry-chain selects into vector moves, ~5% slower
 CFLAGS = ("-O3", "-fno-tree-vectorize", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread")
 COORD_BYTES = {"g1": 48, "g2": 96}
+# the window widths msm_choose_window considers; forced ones must lie in the same range
+MIN_WINDOW, MAX_WINDOW = 2, 20
 # what an MSM reports about itself, in msm_host.c's MSM_STAT_* order
 STATS = ("window", "windows", "general_scalars", "one_scalars", "bucket_additions",
          "reduction_additions", "doublings")
@@ -67,10 +69,13 @@ class NativeMsm:
         scalars = np.ascontiguousarray(scalars, dtype=np.uint64)
         if scalars.shape != (n, 4):
             raise ValueError(f"MSM length mismatch: {n} points, scalars of shape {scalars.shape}")
+        if window and not MIN_WINDOW <= window <= MAX_WINDOW:
+            raise ValueError(f"window {window}: expected 0 (automatic) or "
+                             f"{MIN_WINDOW}..{MAX_WINDOW}")
         out = ctypes.create_string_buffer(point_bytes)
-        bases = ctypes.c_char_p(xy) if isinstance(xy, bytes) else xy
         counts = np.zeros(len(STATS), dtype=np.int64)
-        rc = self._fns[group](out, bases, scalars.ctypes.data, n, window,
+        # c_char_p hands C the bytes object's own buffer: no copy of the bases
+        rc = self._fns[group](out, ctypes.c_char_p(bytes(xy)), scalars.ctypes.data, n, window,
                               threads or default_threads(), counts.ctypes.data)
         if rc != 0:
             raise MemoryError(f"native {group} MSM of {n} points could not allocate its tables")

@@ -5,8 +5,8 @@
  * sum_i s_i * P_i for canonical scalars s_i < r and affine bases P_i in canonical LE limbs
  * (all zeros = infinity), the layout of arkworks' xy bytes:
  *   1. classify: zero scalars and infinite bases are dropped; the bases whose scalar is 1 are
- *      summed directly (the witness is mostly 0/1: each costs one addition, not a pass per
- *      window); the rest are "general".
+ *      summed directly (witness values are often 0/1: each costs one addition, not a pass
+ *      per window); the rest are "general".
  *   2. per general point (split over threads by ranges): the base enters Montgomery form and the
  *      scalar is cut into W = ceil(256 / c) signed c-bit digits in [-2^(c-1), 2^(c-1)], so a
  *      window has 2^(c-1) buckets and a negative digit adds the negated point.

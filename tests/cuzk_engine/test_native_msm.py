@@ -112,6 +112,8 @@ def test_rejects_mismatched_lengths(lib):
         lib.msm("g1", xy, limbs([1, 2]))
     with pytest.raises(ValueError, match="not a multiple"):
         lib.msm("g1", xy[:-1], limbs([1]))
+    with pytest.raises(ValueError, match="window 21"):
+        lib.msm("g1", xy, limbs([1]), window=21)
 
 
 @pytest.mark.parametrize("scalar", [3, R_MINUS_1 - 2])
