@@ -1,7 +1,9 @@
-"""The CPU backend: native C NTTs (pure Python when no compiler) and arkworks MSMs.
+"""The CPU backend: native C NTTs and multi-core MSMs, with pure-Python NTTs and arkworks MSMs
+where no C compiler exists.
 
-Both release the GIL (ctypes foreign calls and arkworks' Rust code), so the prover runs
-independent transforms and MSMs in threads and uses both cores.
+All of them release the GIL (ctypes foreign calls and arkworks' Rust code), so the prover runs
+independent transforms and MSMs in threads; each native MSM also spreads itself over
+`msm_threads` threads.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from cuzk_engine import native
-from cuzk_engine.curve import G1Bases, msm_g1, scalars_from_le_bytes
+from cuzk_engine.curve import G1Bases, G2Bases, msm_g1, msm_g2, scalars_from_le_bytes
 from cuzk_engine.field import (
     GENERATOR,
     int_to_limbs,
@@ -19,6 +21,7 @@ from cuzk_engine.field import (
     limbs_to_ints,
     root_of_unity,
 )
+from cuzk_engine.native import msm as native_msm
 from cuzk_engine.poly import transform_python
 
 
@@ -28,11 +31,23 @@ def _log2_exact(n: int) -> int:
     return n.bit_length() - 1
 
 
+def msm(bases: G1Bases | G2Bases, scalars: np.ndarray, threads: int | None = None):
+    """sum_i scalars[i] * bases[i] (scalars (n, 4) uint64 canonical LE limbs) as an arkworks
+    point: natively on `threads` threads (default: every core), else through arkworks."""
+    lib = native_msm.load()
+    if lib is None:
+        arkworks = msm_g1 if bases.group == "g1" else msm_g2
+        return arkworks(bases.points, scalars_from_le_bytes(limbs_to_bytes(scalars)))
+    return bases.point_type.from_xy_bytes_unchecked_le(
+        lib.msm(bases.group, bases.xy, scalars, threads=threads))
+
+
 class CpuBackend:
     name = "cpu"
 
-    def __init__(self) -> None:
+    def __init__(self, msm_threads: int | None = None) -> None:
         self.native = native.load()
+        self.msm_threads = msm_threads
 
     def ntt(self, values: np.ndarray, *, inverse: bool = False,
             coset: bool = False) -> np.ndarray:
@@ -43,7 +58,7 @@ class CpuBackend:
         return _native_transform(self.native, values, log_n, inverse, coset)
 
     def msm_g1(self, bases: G1Bases, scalars: np.ndarray):
-        return msm_g1(bases.points, scalars_from_le_bytes(limbs_to_bytes(scalars)))
+        return msm(bases, scalars, self.msm_threads)
 
 
 def _native_transform(lib: native.NativeFr, values: np.ndarray, log_n: int,

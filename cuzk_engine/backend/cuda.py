@@ -78,7 +78,7 @@ def device_memory(ordinal: int) -> DeviceMemory:
 
 def _sources_digest() -> str:
     digest = hashlib.sha256()
-    for name in ("fr.h", "fp.h", "g1.h", "msm.h", "ntt_gpu.h", "launch.h", *nvrtc.KERNEL_SOURCES):
+    for name in ("fr.h", "fp.h", "jacobian.h", "g1.h", "msm.h", "ntt_gpu.h", "launch.h", *nvrtc.KERNEL_SOURCES):
         digest.update((nvrtc.SOURCE_DIR / name).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -251,6 +251,27 @@ def cmd_bench_prover(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_msm(args: argparse.Namespace) -> int:
+    from cuzk_engine.bench.msm import run_msm_bench, table
+
+    sizes = tuple(range(args.min_log, args.max_log + 1, 2))
+    groups = ("g1", "g2") if args.group == "both" else (args.group,)
+    report = run_msm_bench(sizes, groups, args.reps, args.threads)
+    print(json.dumps(report, indent=1))
+    print(table(report))
+    return 0
+
+
+def cmd_bench_side_by_side(args: argparse.Namespace) -> int:
+    from cuzk_engine.bench.sidebyside import run_side_by_side, table
+
+    report = run_side_by_side(args.kind, args.profile, args.pairs, args.peer, args.peer_cwd,
+                              args.with_arkworks)
+    print(json.dumps(report, indent=1))
+    print(table(report))
+    return 0
+
+
 def _add_backend(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu, cuda, cuda:<n> or auto")
 
@@ -288,3 +309,26 @@ def register_bench(bench) -> None:
     _add_backend(p)
     add_param_cache_argument(p)
     p.set_defaults(func=cmd_bench_prover)
+
+    p = bench.add_parser("msm", help="native G1/G2 MSMs against arkworks, same run")
+    p.add_argument("--min-log", type=int, default=12, help="smallest size, log2 (default 12)")
+    p.add_argument("--max-log", type=int, default=16,
+                   help="largest size, log2, in steps of 2 (default 16, ~1-2 min here; 18 for "
+                        "the full range)")
+    p.add_argument("--group", default="both", choices=("g1", "g2", "both"))
+    p.add_argument("--reps", type=int, default=3, help="alternating runs per size (median)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="native MSM threads (default: os.cpu_count())")
+    p.set_defaults(func=cmd_bench_msm)
+
+    p = bench.add_parser("side-by-side",
+                         help="whole-process prove against a peer command, alternating")
+    p.add_argument("--kind", default="winning-post", choices=KINDS)
+    p.add_argument("--profile", default="small", choices=PROFILES)
+    p.add_argument("--pairs", type=int, default=5, help="alternating runs after a warm-up")
+    p.add_argument("--peer", help="the peer's command line, e.g. 'npx snarkjs groth16 prove "
+                                  "c.zkey c.wtns proof.json public.json'")
+    p.add_argument("--peer-cwd", help="directory to run the peer in")
+    p.add_argument("--with-arkworks", action="store_true",
+                   help="also prove with the arkworks MSMs (CUZK_NATIVE_MSM=0)")
+    p.set_defaults(func=cmd_bench_side_by_side)

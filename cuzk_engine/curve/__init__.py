@@ -10,6 +10,7 @@ handed to a backend: it loads ~100x faster, and parameter files are checked by d
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 from py_arkworks_bls12381 import GT, G1Point, G2Point, Scalar
 
@@ -73,20 +74,26 @@ def scalars_from_le_bytes(chunks: Sequence[bytes]) -> list[Scalar]:
 
 class _Bases:
     point_type: type[G1Point | G2Point] = G1Point
+    group = "g1"
     xy_len = G1_XY
 
     def __init__(self, xy: bytes):
         if len(xy) % self.xy_len:
             raise ValueError(f"bases: {len(xy)} bytes is not a multiple of {self.xy_len}")
         self.xy = bytes(xy)
+
+    @cached_property
+    def points(self) -> list:
+        """The bases as arkworks points, built on first use: the native MSMs read `xy` directly,
+        so only the arkworks fallback and the setup pay for this."""
         load = self.point_type.from_xy_bytes_unchecked_le
         size = self.xy_len
         # "unchecked" still rejects points off the curve; the subgroup is vouched for by the
         # parameter file's digest.
-        self.points = [load(self.xy[i:i + size]) for i in range(0, len(self.xy), size)]
+        return [load(self.xy[i:i + size]) for i in range(0, len(self.xy), size)]
 
     def __len__(self) -> int:
-        return len(self.points)
+        return len(self.xy) // self.xy_len
 
     @classmethod
     def from_points(cls, points: Sequence) -> _Bases:
@@ -94,7 +101,8 @@ class _Bases:
 
     @property
     def nbytes(self) -> int:
-        # the bytes plus arkworks' own affine copy (two base-field coordinates per point)
+        # the bytes plus arkworks' own affine copy (two base-field coordinates per point), which
+        # exists once the arkworks fallback has run: budgeted whether or not it does
         return 2 * len(self.xy)
 
 
@@ -106,6 +114,7 @@ class G2Bases(_Bases):
     """G2 MSM bases: arkworks points plus their affine LE x||y bytes (192 each)."""
 
     point_type = G2Point
+    group = "g2"
     xy_len = G2_XY
 
 

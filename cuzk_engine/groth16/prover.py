@@ -22,7 +22,8 @@ import numpy as np
 
 from cuzk_engine import native
 from cuzk_engine.backend import Backend, select_backend
-from cuzk_engine.curve import G1Point, msm_g2, scalar, scalars_from_le_bytes
+from cuzk_engine.backend.cpu import msm
+from cuzk_engine.curve import G1Point, scalar
 from cuzk_engine.errors import InvalidRequest
 from cuzk_engine.field import MODULUS, int_to_limbs, ints_to_limbs, limbs_to_bytes, limbs_to_ints
 from cuzk_engine.groth16.keys import Parameters
@@ -161,9 +162,9 @@ def prove_start(synth: Synthesis, params: Parameters, backend: Backend | None = 
     )
 
 
-def _b_g2_msm(params: Parameters, b_scalars: bytes):
-    chunks = [b_scalars[i:i + 32] for i in range(0, len(b_scalars), 32)]
-    return msm_g2(params.b_g2_query.points, scalars_from_le_bytes(chunks))
+def _b_g2_msm(params: Parameters, b_scalars: np.ndarray):
+    """The G2 MSM for B, on the CPU whatever the backend (the finalizer's part)."""
+    return msm(params.b_g2_query, b_scalars)
 
 
 def _assemble(pending: PendingProof, params: Parameters, b_g2_sum) -> bytes:
@@ -183,7 +184,8 @@ def prove_finish(pending: PendingProof, params: Parameters) -> bytes:
         raise InvalidRequest(
             f"pending proof is for {pending.circuit_id}, parameters for {params.circuit_id}")
     t0 = time.perf_counter()
-    b_g2_sum = _b_g2_msm(params, pending.b_scalars)
+    b_scalars = np.frombuffer(pending.b_scalars, dtype="<u8").reshape(-1, 4)
+    b_g2_sum = _b_g2_msm(params, b_scalars)
     t1 = time.perf_counter()
     proof = _assemble(pending, params, b_g2_sum)
     pending.timings["g2_msm_s"] = t1 - t0
@@ -196,9 +198,8 @@ def prove(synth: Synthesis, params: Parameters, backend: Backend | None = None) 
     (it needs only the witness) so it overlaps the NTTs and G1 MSMs."""
     _check_shape(synth, params)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        b_scalars = b"".join(limbs_to_bytes(synth.witness[params.b_indices]))
         t0 = time.perf_counter()
-        fut_b2 = pool.submit(_b_g2_msm, params, b_scalars)
+        fut_b2 = pool.submit(_b_g2_msm, params, synth.witness[params.b_indices])
         pending = prove_start(synth, params, backend)
         b_g2_sum = fut_b2.result()
         t1 = time.perf_counter()

@@ -76,6 +76,9 @@ HD fp_t fp_reduce_once(const fp_t *a, fr_limb carry)
     return (carry >= borrow) ? d : *a;
 }
 
+#if defined(FP_HOST_FAST) && defined(__x86_64__) && !defined(__CUDACC__)
+#include "fp_x64.h"
+#else
 HD fp_t fp_add(const fp_t *a, const fp_t *b)
 {
     fp_t s;
@@ -95,15 +98,6 @@ HD fp_t fp_sub(const fp_t *a, const fp_t *b)
         for (int i = 0; i < FP_LIMBS; i++) d.l[i] = fr_adc(d.l[i], p.l[i], &carry);
     }
     return d;
-}
-
-HD fp_t fp_dbl(const fp_t *a) { return fp_add(a, a); }
-
-HD fp_t fp_neg(const fp_t *a)
-{
-    if (fp_is_zero(a)) return *a;
-    const fp_t p = fp_modulus();
-    return fp_sub(&p, a);
 }
 
 /* Montgomery product a*b*R^-1 mod p (CIOS). Inputs < p give an output < p. */
@@ -132,6 +126,17 @@ HD fp_t fp_mul(const fp_t *a, const fp_t *b)
     return fp_reduce_once(&r, t[FP_LIMBS]);
 }
 
+#endif
+
+HD fp_t fp_dbl(const fp_t *a) { return fp_add(a, a); }
+
+HD fp_t fp_neg(const fp_t *a)
+{
+    if (fp_is_zero(a)) return *a;
+    const fp_t p = fp_modulus();
+    return fp_sub(&p, a);
+}
+
 HD fp_t fp_sqr(const fp_t *a) { return fp_mul(a, a); }
 
 HD fp_t fp_to_mont(const fp_t *a)
@@ -145,6 +150,21 @@ HD fp_t fp_from_mont(const fp_t *a)
     fp_t one = fp_zero();
     one.l[0] = 1;
     return fp_mul(a, &one);
+}
+
+/* a^-1 = a^(p-2) (Fermat) for a != 0, Montgomery in and out; 0 maps to 0. Used once per batch
+ * of affine additions and per MSM result, so the plain square-and-multiply is cheap enough. */
+HD fp_t fp_inv(const fp_t *a)
+{
+    const fr_limb e[FP_LIMBS] = {FP_P0 - 2, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5};
+    fp_t acc = fp_one();
+    for (int limb = FP_LIMBS - 1; limb >= 0; limb--) {
+        for (int bit = 63; bit >= 0; bit--) {
+            acc = fp_sqr(&acc);
+            if ((e[limb] >> bit) & 1) acc = fp_mul(&acc, a);
+        }
+    }
+    return acc;
 }
 
 #endif

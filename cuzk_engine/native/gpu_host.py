@@ -17,7 +17,7 @@ from cuzk_engine.errors import CompilerUnavailable
 from cuzk_engine.native import _find_compiler, build_library
 from cuzk_engine.native.gpu_driver import KERNEL_SIGNATURES
 
-SOURCES = ("fr.h", "fp.h", "g1.h", "msm.h", "ntt_gpu.h", "launch.h", "ntt.cu", "msm.cu",
+SOURCES = ("fr.h", "fp.h", "jacobian.h", "g1.h", "msm.h", "ntt_gpu.h", "launch.h", "ntt.cu", "msm.cu",
            "gpu_host.c")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-std=c11")
 _CTYPES = {"p": ctypes.c_void_p, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64}
