@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "vastmgr.fleet",
     "vastmgr.proofs",
     "vastmgr.remote",
+    "vastmgr.instances",
 ]
 
 MIDDLEWARE = [
