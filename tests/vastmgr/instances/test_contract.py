@@ -122,6 +122,7 @@ def test_register_params_bench_running(stack, fake, home, operator):
     vast_id = stack.query("SELECT vast_instance_id FROM fleet_machine WHERE id = ?",
                           machine_pk)[0][0]
     label = f"C.{vast_id}"
+    env = dict(fake.vast.instances[vast_id]["extra_env"])
 
     code, kind, first = home.post("/register", {"label": label, "min_rate": 0})
     assert (code, kind) == (200, "application/json")
@@ -156,6 +157,8 @@ def test_register_params_bench_running(stack, fake, home, operator):
     assert home.post("/bench-done", {"uuid": first["uuid"], "rate": 40.0})[::2] == \
         (200, {"ok": True, "passed": False})
     assert stack.query(perf) == [(61.5,)]  # MAX, not the last
+    # main.go checks no state here: a failed benchmark kills even a running instance.
+    assert status_of(home, first["uuid"])["state"] == "killed"
 
     # Logs pushed by source appear on the machine's page.
     for source, text in (("setup", "fetching params\nparams ok\n"),
@@ -166,6 +169,8 @@ def test_register_params_bench_running(stack, fake, home, operator):
     page = operator.get(f"/remote/machines/{machine_pk}/").body
     assert "params ok" in page and "rate=61.5 proofs/h" in page
     assert page.index("setup") < page.index("params ok")
+    # The rental got its deployment secret in its environment; the listener knows it.
+    assert Instance(home.url, env["VASTMGR_CALLHOME_SECRET"]).get("/status")[0] == 200
 
 
 def test_a_failed_benchmark_kills_and_destroys(stack, fake, home):
