@@ -24,6 +24,7 @@ urlpatterns = [
          name="machine-state"),
     path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
     path("remote/", include("vastmgr.remote.urls")),
+    path("api/", include("vastmgr.api.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
 ]
