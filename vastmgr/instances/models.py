@@ -190,7 +190,9 @@ class Instance(models.Model):
             self.save(update_fields=["state", "killed_at", "kill_reason"])
 
     def follow(self) -> None:
-        """Walk the machine to the state matching ours, one legal step at a time."""
+        """Move the machine to the state matching ours: directly where its state machine
+        allows (registered → running), else through the steps the instance took on its own
+        (fetching parameters is provisioning). Never backwards."""
         if self.machine_id is None or self.state not in self.MACHINE_STATE:
             return
         machine = Machine.objects.get(pk=self.machine_id)
@@ -198,7 +200,10 @@ class Instance(models.Model):
         if machine.state not in self.MACHINE_PATH:
             return  # killed or stopped: an operator's word outweighs a call home
         path = self.MACHINE_PATH
-        for step in path[path.index(machine.state) + 1: path.index(target) + 1]:
+        steps = path[path.index(machine.state) + 1: path.index(target) + 1]
+        if target in Machine.TRANSITIONS[Machine.State(machine.state)]:
+            steps = (target,)
+        for step in steps:
             machine.transition(step, reason=f"runner {self.runner_id} called home")
 
     def note(self, message: str, level: str = Event.Level.INFO) -> None:
@@ -227,8 +232,8 @@ class LogLine(models.Model):
 
     @classmethod
     def push(cls, uuid: str, source: str, body: bytes) -> int:
-        """Store the non-empty lines of `body`; a buffer over its bound loses its oldest 10 %
-        (vast-manager's rule). Returns how many lines were kept."""
+        """Store the non-empty lines of `body`; a buffer over its bound loses its oldest tenth
+        (vast-manager's rule). Returns how many lines were stored."""
         ts = int(timezone.now().timestamp() * 1000)
         lines = [line for line in body.decode(errors="replace").split("\n") if line]
         if not lines:
@@ -243,7 +248,9 @@ class LogLine(models.Model):
                                          ts=ts) for line in lines])
             count = cls.objects.filter(uuid=uuid).count()
             if count > LOG_LINES_PER_INSTANCE:
-                drop = count - LOG_LINES_PER_INSTANCE + LOG_LINES_PER_INSTANCE // 10
+                # A tenth at a time, as often as needed to fit again.
+                tenth = max(LOG_LINES_PER_INSTANCE // 10, 1)
+                drop = -(-(count - LOG_LINES_PER_INSTANCE) // tenth) * tenth
                 cut = cls.objects.filter(uuid=uuid).order_by("id").values_list(
                     "id", flat=True)[drop - 1]
                 cls.objects.filter(uuid=uuid, id__lte=cut).delete()
