@@ -12,8 +12,8 @@ from django.utils import timezone
 from ninja import NinjaAPI
 
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.instances.models import Instance, LogLine
-from vastmgr.remote.models import BadHost
+from vastmgr.instances.models import LOG_LINES_PER_INSTANCE, SOURCE_MAX, UUID_MAX, Instance, LogLine
+from vastmgr.remote.models import BadHost, HostPerf
 
 from .v1 import TokenAuth, django_auth
 
@@ -101,3 +101,22 @@ def dashboard(request: HttpRequest) -> dict:
                           for b in BadHost.objects.filter(provider=Machine.Provider.VAST)],
             "summary": summary, "updated_at": _when(timezone.now()),
             "vast_cache_age_s": _vast_data_age()}
+
+
+@compat.get("/instance-logs/{uuid}", tags=["vast-manager"])
+def instance_logs(request: HttpRequest, uuid: str, source: str = "",
+                  tail: int = 1000) -> list[dict]:
+    """An instance's pushed lines, oldest first: [{src, text, ts (ms)}]; `source` filters
+    ("all" or empty: every source); a tail that is not positive means 1000, as in main.go."""
+    limit = min(tail, LOG_LINES_PER_INSTANCE) if tail > 0 else 1000  # no buffer holds more
+    lines = LogLine.tail(uuid[:UUID_MAX], source[:SOURCE_MAX], limit)
+    return [line.as_json() for line in lines]
+
+
+@compat.get("/host-perf", tags=["vast-manager"])
+def host_perf(request: HttpRequest) -> list[dict]:
+    """The best benchmark per Vast machine and GPU set (one per machine, as main.go kept)."""
+    return [{"machine_id": perf.provider_machine_id, "gpu_name": perf.gpu_name,
+             "num_gpus": perf.gpu_count, "bench_rate": perf.proofs_per_hour,
+             "measured_at": _when(perf.updated)}
+            for perf in HostPerf.objects.filter(provider_machine_id__isnull=False)]

@@ -36,7 +36,8 @@ EVERY_OPERATION = [("get", "/api/v1/machines"), ("get", "/api/v1/machines/1"),
                    ("get", "/api/v1/proofs"), ("post", "/api/v1/proofs"),
                    ("get", "/api/v1/events"), ("get", "/api/v1/fleet"),
                    ("get", "/api/v1/offers"), ("post", "/api/v1/offers/1/rent"),
-                   ("get", "/api/dashboard")]
+                   ("get", "/api/dashboard"), ("get", "/api/instance-logs/x"),
+                   ("get", "/api/host-perf")]
 
 
 @pytest.mark.parametrize("token", [None, "Bearer vmapi_not-a-token", "Basic b3BzOnB3"])
@@ -160,6 +161,12 @@ def test_vast_manager_dashboard_fields(client, tokens):
         "total_dph": 0.8, "total_proofs_hour": 40.0, "avg_price_per_proof": 0,
         "total_gpus": 2}
     assert row["machine_id"] == 0  # Vast's machine id, not known for this one: Go's zero
+    code, lines = call(client, "get", f"/api/instance-logs/{instance.uuid}?source=cuzk&tail=1",
+                       tokens["viewer"])
+    assert code == 200 and [(line["src"], line["text"]) for line in lines] == [("cuzk", "two")]
+    assert call(client, "get", f"/api/instance-logs/{instance.uuid}?tail={2**70}",
+                tokens["viewer"])[0] == 200
+    assert call(client, "get", "/api/host-perf", tokens["viewer"])[1] == []  # no Vast machine id
     assert code == 200 and set(body) == {"instances", "bad_hosts", "summary", "updated_at",
                                          "vast_cache_age_s"}
     assert set(body["summary"]) == {"total", "running", "benching", "fetching", "loading",
