@@ -92,7 +92,7 @@ class Instance:
         except urllib.error.HTTPError as exc:
             status, raw, kind = exc.code, exc.read(), exc.headers.get("Content-Type", "")
         text = raw.decode()
-        return status, kind, json.loads(text) if kind == "application/json" else text
+        return status, kind, json.loads(text) if kind.startswith("application/json") else text
 
     def post(self, path, body):
         return self.send("POST", path, body)
@@ -264,3 +264,16 @@ def test_rate_limited_per_address(home):
     assert codes == {404, 429}
     limited = next(body for code, _, body in answers if code == 429)
     assert limited["error"].startswith("too many requests: retry in ")
+
+
+def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, operator, home):
+    page = operator.post("/api/tokens/", {"name": "fleet script"}).body
+    token = re.search(r'<code id="new-token">([^<]+)</code>', page).group(1)
+    script = Instance(stack.url, secret=token)  # Authorization: Bearer, as on the call-home port
+    code, _, machines = script.get("/api/v1/machines?include_killed=true")
+    assert code == 200 and {m["provider"] for m in machines} >= {"local", "vast"}
+    code, _, dashboard = script.get("/api/dashboard")
+    assert code == 200 and dashboard["summary"]["total"] == len(dashboard["instances"]) >= 3
+    assert home.get("/api/v1/machines")[0] == 404  # the API is not on the call-home port
+    assert Instance(stack.url).get("/api/v1/machines")[0] == 401
+
