@@ -6,14 +6,21 @@ joined with what we know of their machines; our Vast machines that have not call
 
 from datetime import UTC, datetime
 
+from asgiref.sync import async_to_sync
+from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import NinjaAPI
+from ninja import Field, NinjaAPI, Schema
+from ninja.errors import HttpError
 
+from vastmgr.errors import SecretUnavailable, VastError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import LOG_LINES_PER_INSTANCE, SOURCE_MAX, UUID_MAX, Instance, LogLine
+from vastmgr.params import MAX_ID
+from vastmgr.remote import vast
 from vastmgr.remote.models import BadHost, HostPerf
+from vastmgr.remote.views import destroy
 
 from .v1 import TokenAuth, django_auth
 
@@ -120,3 +127,38 @@ def host_perf(request: HttpRequest) -> list[dict]:
              "num_gpus": perf.gpu_count, "bench_rate": perf.proofs_per_hour,
              "measured_at": _when(perf.updated)}
             for perf in HostPerf.objects.filter(provider_machine_id__isnull=False)]
+
+
+class KillIn(Schema):
+    vast_id: int = Field(0, ge=0, le=MAX_ID)
+    uuid: str = Field("", max_length=UUID_MAX)
+
+
+@compat.post("/kill", tags=["vast-manager"])
+def kill(request: HttpRequest, body: KillIn) -> dict:
+    """Destroy a Vast instance (our machine's, through its machine) and mark the called-home
+    instance killed, as vast-manager's Kill button did. Staff only."""
+    user = request.auth  # type: ignore[attr-defined]  # set by the API's authentication
+    if not user.is_staff:
+        raise HttpError(403, "only staff may kill instances")
+    reason = f"killed by {user.get_username()} (vast-manager API)"
+    try:
+        if body.vast_id > 0:
+            machine = Machine.objects.filter(provider=Machine.Provider.VAST,
+                                             vast_instance_id=body.vast_id).exclude(
+                state=Machine.State.KILLED).first()
+            if machine is not None:
+                destroy(machine, reason)
+            else:
+                client = vast.VastClient.from_settings()
+                async_to_sync(client.destroy_instance)(body.vast_id)
+    except (VastError, SecretUnavailable) as exc:
+        raise HttpError(409, str(exc)) from None
+    if body.uuid:
+        with transaction.atomic():
+            found = Instance.objects.select_for_update().filter(uuid=body.uuid).exclude(
+                state=Instance.State.KILLED).first()
+            if found is not None:
+                found.kill("manually killed via UI")
+                found.note(reason)
+    return {"ok": True}

@@ -37,7 +37,7 @@ EVERY_OPERATION = [("get", "/api/v1/machines"), ("get", "/api/v1/machines/1"),
                    ("get", "/api/v1/events"), ("get", "/api/v1/fleet"),
                    ("get", "/api/v1/offers"), ("post", "/api/v1/offers/1/rent"),
                    ("get", "/api/dashboard"), ("get", "/api/instance-logs/x"),
-                   ("get", "/api/host-perf")]
+                   ("get", "/api/host-perf"), ("post", "/api/kill")]
 
 
 @pytest.mark.parametrize("token", [None, "Bearer vmapi_not-a-token", "Basic b3BzOnB3"])
@@ -167,6 +167,12 @@ def test_vast_manager_dashboard_fields(client, tokens):
     assert call(client, "get", f"/api/instance-logs/{instance.uuid}?tail={2**70}",
                 tokens["viewer"])[0] == 200
     assert call(client, "get", "/api/host-perf", tokens["viewer"])[1] == []  # no Vast machine id
+    # vast-manager's Kill: staff only; kills the called-home instance.
+    assert call(client, "post", "/api/kill", tokens["viewer"], {"uuid": instance.uuid})[0] == 403
+    assert call(client, "post", "/api/kill", tokens["staff"], {"uuid": instance.uuid}) == \
+        (200, {"ok": True})
+    instance.refresh_from_db()
+    assert (instance.state, instance.kill_reason) == ("killed", "manually killed via UI")
     assert code == 200 and set(body) == {"instances", "bad_hosts", "summary", "updated_at",
                                          "vast_cache_age_s"}
     assert set(body["summary"]) == {"total", "running", "benching", "fetching", "loading",

@@ -266,7 +266,7 @@ def test_rate_limited_per_address(home):
     assert limited["error"].startswith("too many requests: retry in ")
 
 
-def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, operator, home):
+def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, fake, operator, home):
     page = operator.post("/api/tokens/", {"name": "fleet script"}).body
     token = re.search(r'<code id="new-token">([^<]+)</code>', page).group(1)
     script = Instance(stack.url, secret=token)  # Authorization: Bearer, as on the call-home port
@@ -274,6 +274,10 @@ def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, operato
     assert code == 200 and {m["provider"] for m in machines} >= {"local", "vast"}
     code, _, dashboard = script.get("/api/dashboard")
     assert code == 200 and dashboard["summary"]["total"] == len(dashboard["instances"]) >= 3
+    # vast-manager's Kill of an instance no machine here manages: destroyed on Vast.
+    stray = fake.vast.add_instance(label="someone-else")
+    assert script.post("/api/kill", {"vast_id": stray})[::2] == (200, {"ok": True})
+    assert stray not in fake.vast.instances
     assert home.get("/api/v1/machines")[0] == 404  # the API is not on the call-home port
     assert Instance(stack.url).get("/api/v1/machines")[0] == 401
 
