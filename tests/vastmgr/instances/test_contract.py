@@ -175,6 +175,7 @@ def test_register_params_bench_running(stack, fake, home, operator):
 
 def test_a_failed_benchmark_kills_and_destroys(stack, fake, home):
     vast_id = fake.vast.add_instance(label=None)
+    vast_machine = fake.vast.instances[vast_id]["machine_id"]
     label = f"C.{vast_id}"
     _, _, first = home.post("/register", {"label": label, "min_rate": 30})
     assert home.post("/bench-done", {"uuid": first["uuid"], "rate": 12.25})[::2] == \
@@ -184,6 +185,9 @@ def test_a_failed_benchmark_kills_and_destroys(stack, fake, home):
         "bench_rate 12.2 below min_rate 30.0" and "killed_at" in row
     eventually(lambda: vast_id not in fake.vast.instances, 30,
                "the failed instance was not destroyed on Vast")
+    # Not a machine of ours: its host's performance came from Vast's record of the instance.
+    assert stack.query("SELECT proofs_per_hour FROM remote_hostperf WHERE "
+                       "provider_machine_id = ?", vast_machine) == [(12.25,)]
     assert home.post("/running", {"uuid": first["uuid"]}) == \
         (404, "application/json", {"error": "instance not found or already killed"})
     # A killed label registers anew: a new uuid and a new runner id.
