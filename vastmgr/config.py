@@ -61,7 +61,12 @@ def database(data: Path) -> dj_database_url.DBConfig:
         # Tests get a file too, not SQLite's shared in-memory database: there a write from one
         # thread fails at once ("table is locked") where the file waits its turn, as it does
         # for the dashboard, the controller and the automation sharing var/vastmgr.sqlite3.
+        # IMMEDIATE: a transaction takes the write lock when it begins and waits its turn
+        # for it. A deferred one that reads and then writes fails at once with "database is
+        # locked" when another process wrote in between (SQLite cannot wait there): renting
+        # an offer 500'd so while the automation and the call-home listener wrote.
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
+                "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
                 "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)

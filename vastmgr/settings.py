@@ -34,11 +34,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # the API docs page's template and static files
     "vastmgr.fleet",
     "vastmgr.proofs",
     "vastmgr.remote",
     "vastmgr.metrics",
     "vastmgr.notify",
+    "vastmgr.instances",
+    "vastmgr.api",
 ]
 
 MIDDLEWARE = [

@@ -5,9 +5,14 @@ import uuid
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-# Views Django deliberately leaves open: the login forms and password-reset flow.
+# Views Django deliberately leaves open: the login forms and password-reset flow; the JSON
+# API's schema and its docs page (they describe the API and hold no data), and django-ninja's
+# root views (a 404 for everyone; they exist for reverse()).
 OPEN_VIEWS = {"login", "password_reset", "password_reset_done", "password_reset_confirm",
-              "password_reset_complete", "admin:login", "logout"}
+              "password_reset_complete", "admin:login", "logout", "api-v1:openapi-json",
+              "api-v1:openapi-view", "api-v1:api-root", "vast-manager:api-root"}
+# The JSON APIs answer scripts themselves: 401 without a token, never a login page.
+API_NAMESPACES = ("api-v1:", "vast-manager:")
 SAMPLE_KWARGS = {"int": 1, "str": "x", "slug": "x", "uuid": uuid.uuid4(), "path": "x"}
 
 
@@ -33,10 +38,11 @@ def sample_path(route: str, pattern) -> str | None:
     return "/" + path
 
 
-def all_protected_paths():
+def all_protected_paths(api: bool = False):
+    """The pages' paths, or with `api` the JSON APIs' paths."""
     paths = []
     for route, name, pattern in iter_patterns(get_resolver()):
-        if name in OPEN_VIEWS:
+        if name in OPEN_VIEWS or (name or "").startswith(API_NAMESPACES) != api:
             continue
         path = sample_path(route, pattern)
         if path is not None:
@@ -55,6 +61,16 @@ def test_every_url_redirects_an_anonymous_user_to_a_login_page(client):
         response = client.get(path)
         assert response.status_code == 302, f"{path} answered {response.status_code} to anonymous"
         assert "login" in response["Location"], f"{path} redirected to {response['Location']}"
+
+
+@pytest.mark.django_db
+def test_every_api_path_refuses_an_anonymous_script_with_401(client):
+    paths = all_protected_paths(api=True)
+    assert "/api/v1/machines" in paths and "/api/dashboard" in paths
+    for path in paths:
+        answers = {client.get(path).status_code, client.post(path).status_code}
+        # 405: the path takes the other method; nothing is answered before authentication.
+        assert 401 in answers and answers <= {401, 405}, f"{path} answered {answers}"
 
 
 @pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.conftest import free_port, wait_for_http
+from tests.conftest import eventually, free_port, wait_for_http
 from vastmgr.fleet.management.commands.up import ensure_admin
 
 STARTUP_TIMEOUT = 120
@@ -28,14 +28,28 @@ def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
     try:
         assert wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", STARTUP_TIMEOUT,
                              exited) == 200
+        # The call-home listener is up on vast-manager's instance port, secret required.
+        assert eventually(lambda: http_status("http://127.0.0.1:1235/status"),
+                          STARTUP_TIMEOUT, "the call-home listener did not answer") == 401
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert "admin account 'ops' created from the environment" in output
     assert "stopped" in output
+    assert "instances call home on http://127.0.0.1:1235/" in output
     assert "did not stop" not in output, output
     assert_nothing_serves(port)
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
 
 
 def assert_nothing_serves(port: int) -> None:

@@ -68,7 +68,7 @@ class Stack:
 
     def __init__(self, root: Path, cache: Path):
         self.root = root
-        self.port, self.engine_port = free_port(), free_port()
+        self.port, self.engine_port, self.callhome_port = free_port(), free_port(), free_port()
         self.marker = uuid.uuid4().hex
         self.data = root / "data"
         self.config = root / "engine.toml"
@@ -78,7 +78,8 @@ class Stack:
                     if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG"}}
         self.env.update(VASTMGR_DATA_DIR=str(self.data), PYTHONPATH=str(REPO),
                         DJANGO_SETTINGS_MODULE="vastmgr.settings", VASTMGR_ADMIN_USER=ADMIN,
-                        VASTMGR_ADMIN_PASSWORD=PASSWORD, VASTMGR_FAULT_SUITE=self.marker)
+                        VASTMGR_ADMIN_PASSWORD=PASSWORD, VASTMGR_FAULT_SUITE=self.marker,
+                        VASTMGR_CALLHOME_PORT=str(self.callhome_port))
         self.up: subprocess.Popen | None = None
         self.runs = 0
         self.cookies = http.cookiejar.CookieJar()

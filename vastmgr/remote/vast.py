@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from vastmgr.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.instances.models import SECRET_ENV, DeploySecret
 
 from . import alerts
 from .conf import RemoteSettings
@@ -397,10 +398,12 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
         raise VastError(f"Vast machine {request.machine_id} is on the bad-hosts list")
     key = asyncssh.generate_private_key("ssh-ed25519")
     machine, label = await sync_to_async(_register_renting)(request, key)
+    # The instance presents this secret when it calls home (vastmgr.instances).
+    callhome = await sync_to_async(DeploySecret.issue)(machine=machine, note=label)
     try:
         instance_id = await client.create_instance(
             request.offer_id, image=request.image, disk_gb=request.disk_gb, label=label,
-            machine=machine)
+            env={SECRET_ENV: callhome}, machine=machine)
     except VastOutcomeUnknown as exc:
         instance_id = await _find_created(client, machine, label, exc)
     except VastError as exc:

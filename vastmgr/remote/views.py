@@ -3,6 +3,7 @@ import asyncssh
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpResponse, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
@@ -34,31 +35,36 @@ ENGINE_STOP_TIMEOUT_S = 90
 def add_host(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = AddHostForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        with transaction.atomic():
-            # A destroyed machine keeps its rows and history under a name of its own.
-            for old in Machine.objects.filter(name=data["name"], state=Machine.State.KILLED):
-                old.name = f"{old.name[:Machine.NAME_MAX_LENGTH - 24]}~destroyed-{old.pk}"
-                old.save(update_fields=["name", "updated"])
-            machine = Machine.objects.create(
-                name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
-                ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
-                engine_port=data["engine_port"], price_per_hour=data["price_per_hour"],
-                engine_flavour=data["engine_flavour"])
-            remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
-                                               billing_started=machine.created)
-            if data["private_key"].strip():
-                Secret.store(remote.ssh_key_secret_name, data["private_key"])
-            Event.record("remote", f"{machine.name}: SSH host added by "
-                                   f"{request.user.get_username()}", machine=machine)
-            if machine.is_upstream:
-                # Its daemon is already running; there is nothing of ours to provision.
-                machine.transition(Machine.State.RUNNING, reason="upstream cuzk daemon, watched",
-                                   user=request.user)
+        machine = add_ssh_host(form.cleaned_data, request.user)
         if request.POST.get("then") == "test":
             _test_connection(request, machine)
         return redirect("remote:machine", machine.pk)
     return render(request, "remote/add_host.html", {"form": form})
+
+
+def add_ssh_host(data: dict, user: User) -> Machine:
+    """The machine and its remote row from AddHostForm's cleaned data (the page and the API)."""
+    with transaction.atomic():
+        # A destroyed machine keeps its rows and history under a name of its own.
+        for old in Machine.objects.filter(name=data["name"], state=Machine.State.KILLED):
+            old.name = f"{old.name[:Machine.NAME_MAX_LENGTH - 24]}~destroyed-{old.pk}"
+            old.save(update_fields=["name", "updated"])
+        machine = Machine.objects.create(
+            name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
+            ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
+            engine_port=data["engine_port"], price_per_hour=data["price_per_hour"],
+            engine_flavour=data["engine_flavour"])
+        remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
+                                           billing_started=machine.created)
+        if data["private_key"].strip():
+            Secret.store(remote.ssh_key_secret_name, data["private_key"])
+        Event.record("remote", f"{machine.name}: SSH host added by {user.get_username()}",
+                     machine=machine)
+        if machine.is_upstream:
+            # Its daemon is already running; there is nothing of ours to provision.
+            machine.transition(Machine.State.RUNNING, reason="upstream cuzk daemon, watched",
+                               user=user)
+    return machine
 
 
 def _test_connection(request: AuthenticatedHttpRequest, machine: Machine) -> None:
@@ -148,7 +154,7 @@ def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> H
                      machine=machine, level=Event.Level.WARNING)
     elif action == "destroy":
         try:
-            _destroy(machine, f"destroyed by {user}")
+            destroy(machine, f"destroyed by {user}")
         except (vast.VastError, SecretUnavailable) as exc:
             messages.error(request, str(exc))
     elif refusal:
@@ -156,27 +162,32 @@ def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> H
     elif action == "test":
         _test_connection(request, machine)
     elif action in LAUNCHED:
-        Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
-        background.pool.get(machine.pk).retry_now()  # the operator asked for this host now
-
-        async def run() -> None:
-            try:
-                await getattr(_provisioner(machine.pk), ACTIONS[action])()
-            except ProvisionError as exc:
-                if not exc.recorded:
-                    await sync_to_async(Event.record)(
-                        "remote", f"{machine.name}: {action} failed at {exc}", machine=machine,
-                        level=Event.Level.ERROR)
-            except SSHError:
-                pass  # the link recorded it as an Event
-        background.launch(f"{action} {machine.name}", run, machine=machine)
+        launch_action(machine, action, user)
         messages.info(request, f"{action} started; progress appears in the events below")
     else:
         messages.error(request, f"unknown action {action!r}")
     return redirect("remote:machine", machine.pk)
 
 
-def _destroy(machine: Machine, reason: str) -> None:
+def launch_action(machine: Machine, action: str, user: str) -> None:
+    """Start one of LAUNCHED in the background; its progress and outcome are Events."""
+    Event.record("remote", f"{machine.name}: {action} requested by {user}", machine=machine)
+    background.pool.get(machine.pk).retry_now()  # the operator asked for this host now
+
+    async def run() -> None:
+        try:
+            await getattr(_provisioner(machine.pk), ACTIONS[action])()
+        except ProvisionError as exc:
+            if not exc.recorded:
+                await sync_to_async(Event.record)(
+                    "remote", f"{machine.name}: {action} failed at {exc}", machine=machine,
+                    level=Event.Level.ERROR)
+        except SSHError:
+            pass  # the link recorded it as an Event
+    background.launch(f"{action} {machine.name}", run, machine=machine)
+
+
+def destroy(machine: Machine, reason: str) -> None:
     if machine.provider == Machine.Provider.VAST:
         async_to_sync(vast.destroy)(vast.VastClient.from_settings(), machine, reason)
     elif machine.state != Machine.State.KILLED:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from vastmgr.errors import VastAuthError, VastError, VastRateLimited
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.instances.models import DeploySecret
 from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
@@ -325,7 +326,11 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
     instance = fake_vast.instances[machine.vast_instance_id]
     assert instance["label"] == remote.vast_label and remote.vast_label.startswith("vastmgr-")
     _, _, create, _ = next(r for r in fake_vast.requests if r[0] == "PUT")
-    assert create["image"] == "img:1" and create["disk"] == 40 and create["env"] == {}
+    assert create["image"] == "img:1" and create["disk"] == 40
+    # Its one variable: the secret it presents when it calls home, bound to this machine.
+    [(name, secret)] = create["env"].items()
+    assert name == "VASTMGR_CALLHOME_SECRET"
+    assert (await sync_to_async(DeploySecret.find)(secret)).machine_id == machine.pk
     # The onstart script is visible to the host's owner: it must hold no secret.
     assert create["onstart"] == vast.DEFAULT_ONSTART
     [attached] = instance["ssh_keys"]

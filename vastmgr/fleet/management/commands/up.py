@@ -149,9 +149,15 @@ class Command(BaseCommand):
         parser.add_argument("--drain-timeout", type=float, default=300.0,
                             help="seconds the engine may take to finish its running jobs when "
                                  "stopping before it is told to cancel them (default 300)")
+        parser.add_argument("--callhome-host", default=os.environ.get("VASTMGR_CALLHOME_HOST"),
+                            help="address of the instance call-home listener (default: --host)")
+        parser.add_argument("--callhome-port", type=int,
+                            default=int(os.environ.get("VASTMGR_CALLHOME_PORT") or 1235),
+                            help="its port (default 1235, vast-manager's instance port)")
 
     def processes(self, host: str, port: int, engine_config: str | None = None,
-                  engine_listen: str | None = None) -> list[tuple[str, list[str]]]:
+                  engine_listen: str | None = None,
+                  callhome: tuple[str, int] | None = None) -> list[tuple[str, list[str]]]:
         python = sys.executable
         manage = str(Path(__file__).resolve().parents[4] / "manage.py")
         dashboard = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -164,19 +170,23 @@ class Command(BaseCommand):
             ("engine", [python, manage, "run_engine"]
              + (["--config", engine_config] if engine_config else [])
              + (["--listen", engine_listen] if engine_listen else [])),
-        ]
+        ] + ([("callhome", [python, manage, "serve_callhome", "--host", callhome[0],
+                            "--port", str(callhome[1])])] if callhome else [])
 
-    def handle(self, *args, host, port, engine_config, engine_listen, drain_timeout, **options):
+    def handle(self, *args, host, port, engine_config, engine_listen, drain_timeout,
+               callhome_host, callhome_port, **options):
         call_command("migrate", interactive=False, verbosity=0)
         ensure_admin(self.stdout)
+        callhome = (callhome_host or host, callhome_port)
         for where, (bind_host, bind_port) in (("the dashboard", (host, port)),
                                               ("the engine", engine_address(engine_config,
-                                                                            engine_listen))):
+                                                                            engine_listen)),
+                                              ("the call-home listener", callhome)):
             if not wait_port_free(bind_host, bind_port, PORT_WAIT_SECONDS):
                 raise CommandError(f"port {bind_port} for {where} is in use by another process")
         self.children = [Child(name, argv)
                          for name, argv in self.processes(host, port, engine_config,
-                                                          engine_listen)]
+                                                          engine_listen, callhome)]
         self.preexec = die_with_parent_hook()
         self.stop_requests = 0
         signal.signal(signal.SIGINT, self.request_stop)
@@ -184,6 +194,8 @@ class Command(BaseCommand):
         for child in self.children:
             self.start(child)
         self.stdout.write(f"vastmgr is up on http://{host}:{port}/ — Ctrl-C stops everything")
+        self.stdout.write(f"instances call home on http://{callhome[0]}:{callhome[1]}/ "
+                          "(vast-manager's protocol)")
         while not self.stop_requests:
             self.supervise_once()
             if all(child.given_up for child in self.children):
