@@ -28,6 +28,10 @@ SERVICE_ORDER: tuple[str, ...] = tuple(sorted(KINDS, key=lambda k: PRIORITY_RANK
 # The fleet should be busy at most this share of the time with the steady arrivals, so that a
 # deadline is not lost to ordinary variation.
 TARGET_UTILISATION = 0.8
+# Work of one proof relative to porep-c2 on the same host: partitions × constraints per
+# partition, which are about equal across kinds at one profile (`python -m cuzk_engine circuits`).
+KIND_WORK: dict[str, float] = {"winning-post": 0.1, "window-post": 0.1, "snap-update": 1.6,
+                               "porep-c2": 1.0}
 # A kind whose budget is shorter than this many pipeline times is served from warm capacity.
 URGENT_PIPELINES = 3
 # An idle floor host is swapped for a measured offer this many times cheaper per hour.

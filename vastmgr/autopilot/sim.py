@@ -30,8 +30,7 @@ from .planner import Action, Decision, Host, HostPhase, KindWork, Limits, Offer,
 TICK_S = 60.0
 DAY_S = 24 * 3600.0
 DEPTH = 2  # jobs a host holds at once (the engine's two workers per device)
-# Work of one proof relative to porep-c2 on the same GPU, and its partitions.
-WORK = {"winning-post": 0.05, "window-post": 0.2, "snap-update": 1.6, "porep-c2": 1.0}
+WORK = planner.KIND_WORK
 PARTITIONS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
 # How long each kind may take from submission to done.
 BUDGETS_S = {"winning-post": 30.0, "window-post": 25 * 60.0, "snap-update": 6 * 3600.0,
