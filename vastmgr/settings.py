@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "vastmgr.remote",
     "vastmgr.metrics",
     "vastmgr.notify",
+    "vastmgr.autopilot",
 ]
 
 MIDDLEWARE = [
