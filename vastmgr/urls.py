@@ -26,6 +26,7 @@ urlpatterns = [
     path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
     path("remote/", include("vastmgr.remote.urls")),
     path("notify/", include("vastmgr.notify.urls")),
+    path("autopilot/", include("vastmgr.autopilot.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_views.fleet_metrics, name="metrics"),
