@@ -2,7 +2,7 @@ from django import forms
 
 from cuzk_engine.vocabulary import KINDS
 
-from .models import Autopilot
+from .models import DEFAULT_BUDGETS_MIN, Autopilot
 
 
 class LimitsForm(forms.ModelForm):
@@ -20,10 +20,15 @@ class LimitsForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        budgets = self.instance.budgets_min or {}
         for kind in KINDS:
             self.fields[f"min_{kind}"] = forms.IntegerField(
                 label=f"Min hosts for {kind}", min_value=0, max_value=100,
                 initial=(self.instance.min_hosts or {}).get(kind, 0))
+        for kind in KINDS:
+            self.fields[f"budget_{kind}"] = forms.FloatField(
+                label=f"Time budget for {kind} (min)", min_value=0.05, max_value=7 * 24 * 60,
+                initial=budgets.get(kind, DEFAULT_BUDGETS_MIN[kind]))
 
     def clean(self):
         cleaned = super().clean() or {}
@@ -38,6 +43,9 @@ class LimitsForm(forms.ModelForm):
         pilot = super().save(commit=False)
         pilot.min_hosts = {k: self.cleaned_data[f"min_{k}"] for k in KINDS
                            if self.cleaned_data.get(f"min_{k}")}
+        # Per-priority overrides ("kind:priority" keys, set in the admin) are kept.
+        pilot.budgets_min = {**(pilot.budgets_min or {}),
+                             **{k: self.cleaned_data[f"budget_{k}"] for k in KINDS}}
         if commit:
             pilot.save()
         return pilot

@@ -188,7 +188,7 @@ async def test_a_host_with_work_in_flight_is_drained_not_destroyed(client, fake_
 
 async def test_a_host_that_never_comes_up_is_destroyed_and_its_machine_marked_bad(
         client, fake_vast):
-    machine, instance_id = await sync_to_async(_managed)(
+    _, instance_id = await sync_to_async(_managed)(
         fake_vast, state=Machine.State.REGISTERED, rented_ago=timedelta(hours=2))
     await sync_to_async(lambda: Autopilot.current().set_mode(Autopilot.Mode.ACT))()
     await Pilot(client).tick()

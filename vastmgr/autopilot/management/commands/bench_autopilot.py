@@ -33,10 +33,10 @@ class Command(BaseCommand):
 
 
 def _table(report: dict) -> str:
-    lines = [f"\nseed {report['seed']}: {report['jobs']} proofs, {report['offers']} offers, "
-             f"lower bound ${report['lower_bound_dollars']:.2f}",
-             f"{'policy':<22}{'$':>8}{'$/proof':>10}{'missed PoSt':>12}{'missed all':>11}"
-             f"{'peak':>6}{'mean':>7}{'peak $/h':>10}"]
+    lines = [(f"\nseed {report['seed']}: {report['jobs']} proofs, {report['offers']} offers, "
+             f"lower bound ${report['lower_bound_dollars']:.2f}"),
+             (f"{'policy':<22}{'$':>8}{'$/proof':>10}{'missed PoSt':>12}{'missed all':>11}"
+             f"{'peak':>6}{'mean':>7}{'peak $/h':>10}")]
     for r in report["results"]:
         urgent = sum(r["missed"].get(k, 0) for k in URGENT)
         lines.append(f"{r['policy']:<22}{r['dollars']:>8.2f}{r['dollars_per_proof']:>10.5f}"
