@@ -208,3 +208,20 @@ async def test_caps_are_checked_again_when_a_proposal_is_approved(
     assert done is not None and done.status == Proposal.Status.FAILED
     assert "would pass the cap $0.10/h" in done.outcome
     assert creates(fake_vast) == 0
+
+
+async def test_the_cool_down_survives_a_restart_of_the_process(
+        client, fake_vast, market, floor_of_one):
+    await sync_to_async(floor_of_one.set_mode)(Autopilot.Mode.ACT)
+    clock = Clock()
+    await Pilot(client, owner="before", now=clock).tick()
+    assert len(fake_vast.instances) == 1
+    await Autopilot.objects.filter(pk=1).aupdate(min_hosts={"winning-post": 3})
+    await sync_to_async(Autopilot.release)("before")
+    clock.at += timedelta(minutes=1)
+    restarted = Pilot(client, owner="after", now=clock)  # a new process: nothing in memory
+    plan = await restarted.tick()
+    assert plan is not None and not plan.changes
+    assert "cool-down: last change 60 s ago < 300 s" in plan.decisions[-1].reasons[-1]
+    clock.at += timedelta(minutes=5)
+    assert [d.action for d in (await restarted.tick()).changes] == [Action.RENT] * 2
