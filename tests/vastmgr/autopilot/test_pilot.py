@@ -14,30 +14,11 @@ from vastmgr.autopilot.pilot import LEASE_S, Pilot, approve
 from vastmgr.autopilot.planner import Action, Decision
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import BadHost, HostPerf, Secret
-from vastmgr.remote.vast import VastClient
+from vastmgr.remote.models import BadHost, HostPerf
 
-from .conftest import API_KEY
+from .conftest import Clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Clock:
-    def __init__(self):
-        self.at = timezone.now()
-
-    def __call__(self):
-        return self.at
-
-
-async def no_sleep(_seconds):
-    return None
-
-
-@pytest.fixture
-def client(fake_vast):
-    Secret.store(Secret.VAST_API_KEY, API_KEY)
-    return VastClient(API_KEY, fake_vast.url, sleep=no_sleep)
 
 
 @pytest.fixture
