@@ -314,8 +314,8 @@ def plan(snap: Snapshot) -> Plan:
 
 
 def _keep_reasons(forecasts: tuple[KindForecast, ...], snap: Snapshot) -> tuple[str, ...]:
-    reasons = [f"{f.kind}: {f.unfinished} unfinished, drain {_minutes(f.drain_s)} within "
-               f"{_minutes(f.slack_s)} left" for f in forecasts if f.unfinished]
+    reasons = [f"{f.kind}: {f.unfinished} unfinished, drain {duration(f.drain_s)} within "
+               f"{duration(f.slack_s)} left" for f in forecasts if f.unfinished]
     return tuple(reasons) or ("no work waiting",)
 
 
@@ -362,9 +362,9 @@ def shortfalls(snap: Snapshot, counted: list[Mapping[str, float]]) -> list[Short
         if extra > 0:
             drain = 3600 / s if s else math.inf
             found.append(Shortfall(dict(ahead), extra, (
-                f"{kind}: backlog {w.unfinished}, drain ETA {_minutes(drain)} > "
-                f"{_minutes(w.slack_s * SAFETY)} usable of {_minutes(w.slack_s)} left "
-                f"(budget {_minutes(w.budget_s)}, pipeline {_minutes(snap.pipeline_s)})")))
+                f"{kind}: backlog {w.unfinished}, drain ETA {duration(drain)} > "
+                f"{duration(w.slack_s * SAFETY)} usable of {duration(w.slack_s)} left "
+                f"(budget {duration(w.budget_s)}, pipeline {duration(snap.pipeline_s)})")))
     # Kinds whose budget is too short for a rented host to arrive in time: their steady flow
     # must find capacity already there. The others are planned from their backlog (a burst's
     # arrival rate says nothing about the next hour).
@@ -532,7 +532,8 @@ def _cheaper_floor(snap: Snapshot, fleet: _Fleet, cooling: bool) -> list[Decisio
         offer_id=offer.offer_id)]
 
 
-def _minutes(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as people read them in a reason: "45 s", "52 min", "∞"."""
     if math.isinf(seconds):
         return "∞"
     return f"{seconds / 60:.0f} min" if abs(seconds) >= 120 else f"{seconds:.0f} s"

@@ -6,6 +6,7 @@ app_name = "autopilot"
 
 urlpatterns = [
     path("", views.page, name="page"),
+    path("live/", views.live, name="live"),
     path("mode/", views.set_mode, name="mode"),
     path("limits/", views.set_limits, name="limits"),
     path("plan/", views.plan_now, name="plan"),

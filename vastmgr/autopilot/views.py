@@ -17,6 +17,7 @@ from vastmgr.remote import vast
 from . import pilot as pilot_module
 from .forms import LimitsForm
 from .models import EVENT_KIND, Autopilot, Proposal
+from .planner import duration
 from .snapshot import RemoteSettings, hosts
 
 LAST_DECISIONS = 30
@@ -29,20 +30,36 @@ def _client() -> vast.VastClient | None:
         return None
 
 
-@staff_member_required
-def page(request: AuthenticatedHttpRequest, form: LimitsForm | None = None) -> HttpResponse:
-    pilot = Autopilot.current()
+def _live(pilot: Autopilot) -> dict:
+    """What the page shows that changes on its own (the first render and every poll)."""
     fleet = hosts(RemoteSettings.load(), timezone.now())
     spend = sum(h.price_per_hour for h in fleet)
-    return render(request, "autopilot/page.html", {
-        "pilot": pilot, "modes": Autopilot.Mode, "form": form or LimitsForm(instance=pilot),
-        "plan": pilot.plan or {}, "spend": spend, "hosts": len(fleet),
-        "spend_share": min(spend / pilot.max_dollars_per_hour, 1) * 100
+    plan = pilot.plan or {}
+    return {
+        "pilot": pilot, "modes": Autopilot.Mode, "plan": plan, "spend": spend,
+        "hosts": len(fleet), "spend_share": min(spend / pilot.max_dollars_per_hour, 1) * 100
         if pilot.max_dollars_per_hour else 100,
+        "forecasts": [{**f, "drain": "—" if not f["unfinished"] else
+                       "∞ (no host serves it)" if f["drain_s"] is None
+                       else duration(f["drain_s"]), "left": duration(f["slack_s"]),
+                       "budget": duration(f["budget_s"])} for f in plan.get("forecasts", [])],
         "proposals": Proposal.objects.filter(status=Proposal.Status.PROPOSED).order_by("id"),
         "decided": Proposal.objects.exclude(status=Proposal.Status.PROPOSED)[:10],
         "events": Event.objects.filter(kind=EVENT_KIND)[:LAST_DECISIONS],
-    }, status=400 if form is not None else 200)
+    }
+
+
+@staff_member_required
+def page(request: AuthenticatedHttpRequest, form: LimitsForm | None = None) -> HttpResponse:
+    pilot = Autopilot.current()
+    return render(request, "autopilot/page.html",
+                  {**_live(pilot), "form": form or LimitsForm(instance=pilot)},
+                  status=400 if form is not None else 200)
+
+
+@staff_member_required
+def live(request: AuthenticatedHttpRequest) -> HttpResponse:
+    return render(request, "autopilot/_live.html", _live(Autopilot.current()))
 
 
 @staff_member_required

@@ -1,7 +1,7 @@
 """The Autopilot page in a real browser (Debian's chromium via Playwright) on the served stack
 (`manage.py up`) with the strict Vast fake as the market: the dry run proposes, one click
-approves and the host is rented (by label, on the fake), and the big off switch stops it. After
-every step the page is compared with the source of truth at that moment: the stack's database
+approves and the host is rented (by label, on the fake), the big off switch stops it, and a
+change made by another operator reaches the open page by its poll. After every step the page is compared with the source of truth at that moment: the stack's database
 and the fake's instances."""
 
 import asyncio
@@ -124,9 +124,20 @@ def test_dry_run_proposes_one_click_approves_and_the_off_switch_stops_it(
     assert len(fake.instances) == 1
     screenshot(page, "autopilot-off")
 
-    # Back to dry run, the plan is the same as before the switch: nothing more to rent.
-    page.get_by_role("button", name="Dry run: propose, I approve").click()
-    page.wait_for_url(f"{url}/autopilot/")
+    # Another operator switches back to dry run: this page shows it by its poll, no reload.
+    token = page.evaluate("window.__pageToken = Math.random().toString(36).slice(2)")
+    other = browser.new_page(viewport={"width": 1400, "height": 900})
+    log_in(other, url)
+    other.goto(f"{url}/autopilot/")
+    other.get_by_role("button", name="Dry run: propose, I approve").click()
+    other.wait_for_url(f"{url}/autopilot/")
+    assert query(db, "SELECT mode FROM autopilot_autopilot") == [("dry_run",)]
+    page.wait_for_function(
+        "document.getElementById('autopilot-mode').dataset.mode === 'dry_run'",
+        timeout=20_000, polling=250)
+    assert page.evaluate("window.__pageToken") == token, "the page was reloaded"
+
+    # The plan is the same as before the switch: nothing more to rent.
     page.get_by_role("button", name="Plan now").click()
     page.wait_for_url(f"{url}/autopilot/")
     assert page.locator("#autopilot-proposals tr[data-action='rent']").count() == 0
