@@ -433,6 +433,7 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
                                             o.offer_id))
         offers.remove(offer)
         cost = dollars_per_proof(offer.price_per_hour, offer.rates, mix)
+        missing = short[0].extra if short else 0.0
         fleet.starting.append(Host(-offer.offer_id, f"offer {offer.offer_id}",
                                    HostPhase.STARTING, offer.price_per_hour, offer.rates))
         rents_left -= 1
@@ -444,6 +445,8 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
                        f"{offer.gpu_name})")),
             {"price_per_hour": offer.price_per_hour, "est_dollars_per_proof": round(cost, 6),
              "pipeline_s": round(snap.pipeline_s),
+             # How many more times per hour the fleet had to clear the most urgent backlog.
+             "missing_clears_per_hour": "∞" if math.isinf(missing) else round(missing, 3),
              "fleet_after_per_hour": round(fleet.spend(), 4), "hosts_after": fleet.count(),
              "max_dollars_per_hour": limits.max_dollars_per_hour},
             offer_id=offer.offer_id))
