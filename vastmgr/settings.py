@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "vastmgr.notify",
     "vastmgr.instances",
     "vastmgr.api",
+    "vastmgr.autopilot",
 ]
 
 MIDDLEWARE = [

@@ -27,6 +27,7 @@ urlpatterns = [
     path("remote/", include("vastmgr.remote.urls")),
     path("notify/", include("vastmgr.notify.urls")),
     path("api/", include("vastmgr.api.urls")),
+    path("autopilot/", include("vastmgr.autopilot.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_views.fleet_metrics, name="metrics"),

@@ -15,6 +15,7 @@ from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot, PipelineSnapshot
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable, SnapshotFormatError
 from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
+from vastmgr.autopilot.models import draining_machine_ids
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
@@ -55,6 +56,7 @@ class Dispatcher:
         self.cancelling: set[str] = set()  # job ids whose engine cancel is under way
         self.concluding: set[asyncio.Future] = set()  # results being written
         self.result_faults = FaultRecorder("fleet controller result collection")
+        self.draining: set[int] = set()
 
     async def stop(self) -> None:
         """Write the results already in hand, then stop waiting for the others."""
@@ -97,6 +99,8 @@ class Dispatcher:
             return
         # Jobs handed out this tick count towards load, so a burst spreads over the fleet.
         planned: dict[int, int] = {}
+        # Hosts the autopilot drains take no new work; they are destroyed once theirs is done.
+        self.draining = await database_sync_to_async(draining_machine_ids)()
         for job in queued:
             if job.machine_id is not None:
                 reason = job.machine.unusable_reason()
@@ -135,7 +139,8 @@ class Dispatcher:
     def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> ConnectedEngine | None:
         # A draining engine refuses new jobs: leave it out until its replacement is live.
         candidates = [h for h in self.live_hosts()
-                      if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting]
+                      if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting
+                      and h.machine_id not in self.draining]
         if job.machine_id is not None:
             candidates = [h for h in candidates if h.machine_id == job.machine_id]
         if not candidates:

@@ -6,6 +6,8 @@ import signal
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand
 
+from vastmgr.autopilot.models import Autopilot
+from vastmgr.autopilot.pilot import Pilot
 from vastmgr.errors import SecretUnavailable
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.models import Event
@@ -23,6 +25,7 @@ class Command(BaseCommand):
         super().__init__(*args, **kwargs)
         self.faults = FaultRecorder("remote automation tick")
         self.links = LinkPool(backoff=Backoff.from_env())  # one SSH connection per host, kept
+        self.pilot = Pilot(None)  # plans where it holds the autopilot's lease
 
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
@@ -47,6 +50,7 @@ class Command(BaseCommand):
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
+        await sync_to_async(Autopilot.release)(self.pilot.owner)
 
     async def tick(self) -> None:
         """Reconcile (a Vast failure is an Event, never the end of the loop), then the rules."""
@@ -62,3 +66,5 @@ class Command(BaseCommand):
             except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
                 await self.faults.record(exc)
         await Automation(vast_client=client, links=self.links).tick()
+        self.pilot.client = client
+        await self.pilot.tick()

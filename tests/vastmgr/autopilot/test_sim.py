@@ -1,0 +1,67 @@
+"""The simulated day (the same planner the product runs, on a virtual clock): the autopilot
+misses no WinningPoSt/WindowPoSt deadline, spends less than a fixed fleet sized for the peak and
+a queue-threshold scaler, stays within every cap, and explains every action."""
+
+import pytest
+
+from vastmgr.autopilot import sim
+from vastmgr.autopilot.planner import Action
+
+URGENT = ("winning-post", "window-post")
+
+
+@pytest.fixture(scope="module", params=[7, 3])
+def day(request):
+    return sim.compare(request.param)
+
+
+def by_policy(day) -> dict:
+    return {r.name.split(" of ")[0]: r for r in day["_results"]}
+
+
+def test_no_post_deadline_is_missed(day):
+    autopilot = by_policy(day)["autopilot"]
+    for kind in URGENT:
+        assert autopilot.met[kind] == autopilot.total[kind], (kind, autopilot.to_json())
+    assert autopilot.proofs == day["jobs"]  # every proof of the day was done
+
+
+def test_it_spends_less_than_both_baselines_and_no_less_than_the_bound(day):
+    results = by_policy(day)
+    autopilot = results["autopilot"].dollars
+    assert autopilot < results["fixed fleet"].dollars
+    assert autopilot < results["queue threshold"].dollars
+    assert autopilot >= day["lower_bound_dollars"]
+
+
+def test_it_never_exceeds_its_caps(day):
+    autopilot = by_policy(day)["autopilot"]
+    limits = sim.DEFAULT_LIMITS
+    assert autopilot.peak_dollars_per_hour <= limits.max_dollars_per_hour
+    assert autopilot.peak_hosts <= limits.max_hosts
+    assert autopilot.max_rents_in_an_hour <= limits.max_rents_per_hour
+
+
+def test_every_action_is_explained_with_reasons_and_numbers(day):
+    actions = [d for _, d in by_policy(day)["autopilot"].decisions if d.action != Action.KEEP]
+    assert actions
+    for decision in actions:
+        assert decision.summary and decision.reasons and decision.numbers, decision
+
+
+def test_faults_of_the_market_were_met_and_handled():
+    """Hosts that never boot are destroyed after the pipeline plus margin and marked bad;
+    hosts that bench below the minimum are marked bad and never rented again."""
+    world = sim.make_world(7)
+    run = sim.Simulation(world, sim.DEFAULT_LIMITS)
+    run.run(sim.autopilot, "autopilot")
+    never = [h for h in run.hosts.values() if h.machine.never_boots]
+    slow = [h for h in run.hosts.values() if h.machine.true_rate < sim.MIN_BENCH_RATE]
+    assert never or slow, "the day met no faulty host: the test proves nothing"
+    for host in never:
+        assert host.ended_at is not None and host.machine.offer.provider_machine_id in run.bad
+    for host in slow:
+        assert host.machine.offer.provider_machine_id in run.bad
+    rented = [h.machine.offer.provider_machine_id for h in run.hosts.values()]
+    for bad in run.bad:
+        assert rented.count(bad) == 1, "a bad host was rented again"

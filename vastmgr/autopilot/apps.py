@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AutopilotConfig(AppConfig):
+    name = "vastmgr.autopilot"
+    verbose_name = "Fleet autopilot"
