@@ -13,6 +13,8 @@ OPEN_VIEWS = {"login", "password_reset", "password_reset_done", "password_reset_
               "api-v1:openapi-view", "api-v1:api-root", "vast-manager:api-root"}
 # The JSON APIs answer scripts themselves: 401 without a token, never a login page.
 API_NAMESPACES = ("api-v1:", "vast-manager:")
+# Prometheus's scrape endpoints: a bearer token, or a direct loopback connection (not a login).
+SCRAPE_VIEWS = {"metrics", "metrics-engines"}
 SAMPLE_KWARGS = {"int": 1, "str": "x", "slug": "x", "uuid": uuid.uuid4(), "path": "x"}
 
 
@@ -42,7 +44,7 @@ def all_protected_paths(api: bool = False):
     """The pages' paths, or with `api` the JSON APIs' paths."""
     paths = []
     for route, name, pattern in iter_patterns(get_resolver()):
-        if name in OPEN_VIEWS or (name or "").startswith(API_NAMESPACES) != api:
+        if name in OPEN_VIEWS | SCRAPE_VIEWS or (name or "").startswith(API_NAMESPACES) != api:
             continue
         path = sample_path(route, pattern)
         if path is not None:
@@ -95,3 +97,10 @@ def test_pages_render_navigation_for_a_logged_in_user(client, django_user_model)
         body = client.get(path).content.decode()
         for label in ["Fleet", "Proofs", "Offers", "Events", 'id="connection-badge"']:
             assert label in body, (path, label)
+
+
+@pytest.mark.django_db
+def test_scrape_endpoints_refuse_an_anonymous_client_from_another_address(client):
+    for path in ("/metrics", "/metrics/engines"):
+        response = client.get(path, REMOTE_ADDR="203.0.113.7")
+        assert response.status_code == 403, f"{path} answered {response.status_code}"
