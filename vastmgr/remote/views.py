@@ -281,8 +281,8 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
 def rent_defaults(user: User) -> dict:
     """The rent dialog's starting values: this user's last choice, else vast-manager's."""
     saved = RentPreference.objects.filter(user=user).first()
-    return {"max_price_per_proof": saved.max_price_per_proof if saved
-            else RentForm.DEFAULT_MAX_PRICE_PER_PROOF,
+    price = saved.max_price_per_proof if saved else RentForm.DEFAULT_MAX_PRICE_PER_PROOF
+    return {"max_price_per_proof": price.normalize(),  # 0.004, not 0.00400
             "disk_gb": saved.disk_gb if saved else vast.DEFAULT_DISK_GB}
 
 
