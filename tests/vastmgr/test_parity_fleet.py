@@ -89,6 +89,7 @@ def test_the_table_sorts_and_filters_on_the_server(admin_client, fleet):
 def test_bad_table_parameters_are_a_400_with_the_reason(admin_client, fleet, query):
     page = admin_client.get("/" + query)
     assert page.status_code == 400 and b'class="form-errors"' in page.content
+    assert b"ws-connect" not in page.content  # no socket to fill an unfiltered table
     fragment = admin_client.get("/fragments/fleet/" + query)
     assert fragment.status_code == 400 and b"Bad fleet table parameters" in fragment.content
 
@@ -181,3 +182,21 @@ def test_shortcuts_are_documented_and_named_on_the_links(admin_client):
     assert 'id="shortcuts"' in html and "<kbd>Esc</kbd>" in html
     for key in "olb":
         assert f'data-shortcut="{key}" aria-keyshortcuts="{key}"' in html
+
+
+def test_an_engines_gpus_count_but_its_cpu_device_does_not(admin_client):
+    cpu = make("cpu-engine", provider="local")
+    cuda = make("cuda-engine", provider="local")
+    HostStatus.objects.filter(machine=cpu).update(snapshot={"seq": 1, "devices": [
+        {"ordinal": 0, "name": "cpu", "backend": "cpu", "workers": [0, 1]}]})
+    HostStatus.objects.filter(machine=cuda).update(snapshot={"seq": 1, "devices": [
+        {"ordinal": 0, "name": "RTX 4090", "backend": "cuda", "workers": [0]},
+        {"ordinal": 1, "name": "RTX 4090", "backend": "cuda", "workers": [1]}]})
+    html = admin_client.get("/").content.decode()
+
+    def gpu_cell(machine):
+        row = html.split(f'id="host-{machine.pk}-row"')[1]
+        return row.split('class="gpu-cell">')[1].split("</td>")[0]
+
+    assert "not reported" in gpu_cell(cpu) and gpu_cell(cuda) == "2 × RTX 4090"
+    assert "Total $/h · 2 GPUs" in html

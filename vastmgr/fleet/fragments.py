@@ -219,13 +219,19 @@ class HostView:
         return remote.vast_facts if remote is not None and remote.vast_facts else {}
 
     @property
+    def engine_gpus(self) -> list[dict]:
+        """The engine's devices that are GPUs (an engine proving on the CPU reports "cpu")."""
+        return [d for d in self.devices if d.get("backend") not in (None, "cpu")]
+
+    @property
     def gpu_count(self) -> int | None:
         count = self.vast_facts.get("num_gpus") or self.machine.gpu_count
-        return count or (len(self.devices) if self.devices else None)
+        return count or len(self.engine_gpus) or None
 
     @property
     def gpu_name(self) -> str:
-        return self.vast_facts.get("gpu_name") or self.machine.gpu_name
+        return (self.vast_facts.get("gpu_name") or self.machine.gpu_name
+                or (self.engine_gpus[0].get("name") or "" if self.engine_gpus else ""))
 
     @property
     def gpu_util(self) -> float | None:
@@ -331,7 +337,7 @@ STATE_GROUPS = {
     "running": ("Running", (Machine.State.RUNNING,)),
     "benchmarking": ("Benchmarking", (Machine.State.PARAMS_READY, Machine.State.BENCHMARKED)),
     "provisioning": ("Fetching params", (Machine.State.PROVISIONING,)),
-    "registered": ("Starting", (Machine.State.REGISTERED,)),
+    "registered": ("Registered", (Machine.State.REGISTERED,)),
     "stopped": ("Stopped", (Machine.State.STOPPED,)),
 }
 KILLED_WINDOW = timedelta(hours=24)
