@@ -200,3 +200,17 @@ def test_an_engines_gpus_count_but_its_cpu_device_does_not(admin_client):
 
     assert "not reported" in gpu_cell(cpu) and gpu_cell(cuda) == "2 × RTX 4090"
     assert "Total $/h · 2 GPUs" in html
+
+
+def test_the_machine_page_shows_the_vast_instances_details(admin_client, fleet):
+    remote = RemoteHost.objects.get(machine=fleet["a"])
+    remote.vast_seen_at = timezone.now()
+    remote.min_bench_rate = 63
+    remote.save()
+    html = admin_client.get(f"/remote/machines/{fleet['a'].pk}/").content.decode()
+    facts = html.split('id="vast-facts"')[1].split("</div>\n")[0]
+    assert "<dt>GPU utilisation</dt><dd>88 %</dd>" in facts  # 87.5 rounds to 88
+    assert "<dt>GPU temperature</dt><dd>71 °C</dd>" in facts
+    assert "must benchmark at least 63 proofs/h" in facts
+    download = facts.split("<dt>Download</dt><dd>")[1].split("</dd>")[0]
+    assert "not reported" in download  # the record had no inet_down

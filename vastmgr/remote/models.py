@@ -88,6 +88,29 @@ class RemoteHost(models.Model):
     def __str__(self) -> str:
         return f"remote {self.machine.name}"
 
+    # The machine page's detail grid: label, Vast's field, how to show it (vast-manager's
+    # expanded row).
+    FACT_ROWS = (
+        ("GPU", "gpu_name", "{}"), ("GPUs", "num_gpus", "{}"), ("GPU RAM", "gpu_ram", "{:.0f} MB"),
+        ("GPU utilisation", "gpu_util", "{:.0f} %"), ("GPU temperature", "gpu_temp", "{:.0f} °C"),
+        ("Host RAM", "cpu_ram", "{:.0f} MB"), ("Memory used", "mem_usage", "{:.1f} GB"),
+        ("Memory limit", "mem_limit", "{:.1f} GB"), ("CUDA (max)", "cuda_max_good", "{}"),
+        ("Download", "inet_down", "{:.0f} Mbps"), ("Upload", "inet_up", "{:.0f} Mbps"),
+        ("Disk", "disk_space", "{:.0f} GB"), ("Reliability", "reliability2", "{:.4f}"),
+        ("Location", "geolocation", "{}"),
+    )
+
+    def fact_rows(self) -> list[tuple[str, str | None]]:
+        """Each fact as Vast last listed it, formatted; None where Vast did not report it."""
+        rows = []
+        for label, key, fmt in self.FACT_ROWS:
+            value = self.vast_facts.get(key)
+            try:
+                rows.append((label, None if value is None else fmt.format(value)))
+            except (TypeError, ValueError):  # not the type Vast documents: shown as sent
+                rows.append((label, str(value)))
+        return rows
+
     @property
     def ssh_key_secret_name(self) -> str:
         return f"ssh_key:{self.machine_id}"
