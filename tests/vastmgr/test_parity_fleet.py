@@ -126,10 +126,11 @@ def test_destroy_from_the_table_returns_to_it_and_needs_staff(client, admin_clie
     assert response.status_code == 302 and response.url == "/?state=running"
     machine.refresh_from_db()
     assert machine.state == Machine.State.KILLED
-    # an offsite `next` is ignored
-    response = admin_client.post(f"/remote/machines/{fleet['c'].pk}/destroy/",
-                                 {"next": "https://evil.example/"})
-    assert response.url == f"/remote/machines/{fleet['c'].pk}/"
+    # an offsite `next`, or one that is no path, is ignored
+    for target in ("https://evil.example/", "0"):
+        response = admin_client.post(f"/remote/machines/{fleet['c'].pk}/destroy/",
+                                     {"next": target})
+        assert response.url == f"/remote/machines/{fleet['c'].pk}/"
     viewer = User.objects.create_user("viewer", password="pw-123456789")
     client.force_login(viewer)
     page = client.get("/").content.decode()

@@ -155,6 +155,7 @@ class CommandForm(forms.Form):
 
 
 MAX_BULK = 20  # offers rented or ignored by one click
+MAX_ID = 2**62  # provider ids are stored as 64-bit integers
 
 
 class ErrorMessage:
@@ -168,7 +169,7 @@ class ErrorMessage:
 
 
 class BadHostForm(ErrorMessage, forms.Form):
-    provider_machine_id = forms.IntegerField(min_value=0, max_value=2**62,
+    provider_machine_id = forms.IntegerField(min_value=0, max_value=MAX_ID,
                                              label="Vast machine id")
     reason = forms.CharField(max_length=500, strip=True)
 
@@ -189,9 +190,7 @@ class BulkIgnoreForm(ErrorMessage, forms.Form):
         ids = self.cleaned_data["machine_ids"]
         if len(ids) > MAX_BULK:
             raise forms.ValidationError(f"at most {MAX_BULK} machines at once")
-        if any(i < 0 for i in ids):
-            raise forms.ValidationError("machine ids are not negative")
-        return sorted(set(ids))
+        return _ids_in_range(ids, "machine")
 
 
 class RentForm(ErrorMessage, forms.Form):
@@ -215,7 +214,13 @@ class RentForm(ErrorMessage, forms.Form):
         ids = self.cleaned_data["offer_ids"]
         if len(ids) > MAX_BULK:
             raise forms.ValidationError(f"at most {MAX_BULK} offers at once")
-        return sorted(set(ids))
+        return _ids_in_range(ids, "offer")
+
+def _ids_in_range(ids: list[int], what: str) -> list[int]:
+    if any(not 0 <= i <= MAX_ID for i in ids):
+        raise forms.ValidationError(f"{what} ids are between 0 and {MAX_ID}")
+    return sorted(set(ids))
+
 
 def min_bench_rate(dph: float, max_price_per_proof: Decimal) -> int:
     """The proofs per hour at which a machine costing `dph` $/h stays under the price."""

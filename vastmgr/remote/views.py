@@ -12,6 +12,7 @@ from django.http import (
     HttpResponseBadRequest,
     HttpResponseForbidden,
     HttpResponseNotFound,
+    HttpResponseRedirect,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -388,7 +389,8 @@ def ignore_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
 def _back(request: AuthenticatedHttpRequest, fallback: str) -> HttpResponse:
     """To the page the action came from (`next`, same site only), else the `fallback` URL."""
     target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()},
-                                                  require_https=request.is_secure()):
-        return redirect(target)
-    return redirect(fallback)
+    # A URL, never a view name (redirect() would try to reverse "0").
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, {request.get_host()}, require_https=request.is_secure()):
+        return HttpResponseRedirect(target)
+    return HttpResponseRedirect(fallback)

@@ -73,7 +73,8 @@ async def test_bulk_ignore_marks_the_machines_bad(market):
     assert marked == {501: "too far (by ops)", 503: "too far (by ops)"}
     for bad in ({"machine_ids": ["x"], "reason": "r"}, {"reason": "r"},
                 {"machine_ids": ["1"], "reason": ""},
-                {"machine_ids": [str(i) for i in range(21)], "reason": "r"}):
+                {"machine_ids": [str(i) for i in range(21)], "reason": "r"},
+                {"machine_ids": [str(2**63)], "reason": "r"}):
         response = await sync_to_async(staff.post)("/remote/offers/ignore/", bad)
         assert response.status_code == 400 and b"Nothing marked" in response.content, bad
     viewer = await sync_to_async(logged_in)("viewer", staff=False)
