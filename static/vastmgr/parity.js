@@ -120,10 +120,10 @@
     var count = selectedRows().length;
     var label = document.querySelector(".selected-count");
     if (label) label.textContent = count + " selected";
-    ["rent-selected", "ignore-selected"].forEach(function (id) {
-      var el = document.getElementById(id);
-      if (el) el.disabled = count === 0;
-    });
+    var ignore = document.getElementById("ignore-selected");
+    if (ignore) ignore.disabled = count === 0;
+    var rent = document.getElementById("rent-selected");
+    if (rent) rent.disabled = count === 0 || count > Number(rent.getAttribute("data-max"));
   }
 
   function minRate(dph, maxPerProof) {

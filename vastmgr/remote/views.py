@@ -26,6 +26,7 @@ from vastmgr.http import AuthenticatedHttpRequest
 from . import background, vast
 from .actions import ACTIONS, LAUNCHED, offered, why_not
 from .forms import (
+    MAX_BULK_RENT,
     AddHostForm,
     ApiKeyForm,
     BadHostForm,
@@ -261,9 +262,10 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
         try:
             client = vast.VastClient.from_settings()
             # Priced with the disk this user rents with: the $/h shown is what is charged.
-            found = async_to_sync(client.search_offers)(vast.OfferFilter(disk_gb=rent["disk_gb"], **{
-                k: v for k, v in search.cleaned_data.items()
-                if k != "hide_bad" and v not in (None, "", False)}))
+            wanted = {k: v for k, v in search.cleaned_data.items()
+                      if k != "hide_bad" and v not in (None, "", False)}
+            found = async_to_sync(client.search_offers)(
+                vast.OfferFilter(disk_gb=rent["disk_gb"], **wanted))
             results = vast.annotate_offers(found)
         except (vast.VastError, SecretUnavailable) as exc:
             error = str(exc)
@@ -274,7 +276,7 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "remote/offers.html", {
         "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
         "search": search, "offers": results, "hidden_bad": hidden, "error": error,
-        "rent": rent, "vast_age": VastSync.age_s(),
+        "rent": rent, "max_rent": MAX_BULK_RENT, "vast_age": VastSync.age_s(),
         "vast_stale_after": VastSync.STALE_AFTER_S,
     }, status=400 if search.is_bound and not search.is_valid() else 200)
 

@@ -122,7 +122,7 @@ async def test_the_rent_dialog_sets_each_machines_minimum_rate_and_is_remembered
     {"offer_ids": ["1"], "max_price_per_proof": "0", "disk_gb": "64"},
     {"offer_ids": ["1"], "max_price_per_proof": "lots", "disk_gb": "64"},
     {"offer_ids": ["1"], "max_price_per_proof": "0.01", "disk_gb": "5"},
-    {"offer_ids": [str(i) for i in range(21)], "max_price_per_proof": "0.01", "disk_gb": "64"},
+    {"offer_ids": [str(i) for i in range(6)], "max_price_per_proof": "0.01", "disk_gb": "64"},
 ])
 def test_bad_rent_input_is_a_400_with_the_reason(fields):
     staff = logged_in("ops")
