@@ -142,6 +142,15 @@ class OfferSearchForm(forms.Form):
     min_reliability = forms.FloatField(required=False, min_value=0, max_value=1,
                                        label="Min reliability (0–1)")
     geolocation = forms.CharField(required=False, max_length=2, label="Country (2 letters)")
+    min_gpu_ram_gb = forms.FloatField(required=False, min_value=0, max_value=1000,
+                                      label="Min GPU RAM (GB)")
+    min_disk_gb = forms.FloatField(required=False, min_value=0, max_value=100_000,
+                                   label="Min disk (GB)")
+    min_inet_down_mbps = forms.FloatField(required=False, min_value=0, max_value=1_000_000,
+                                          label="Min download (Mbps)")
+    min_cuda = forms.FloatField(required=False, min_value=0, max_value=100, label="Min CUDA")
+    min_cpu_cores = forms.IntegerField(required=False, min_value=0, max_value=10_000,
+                                       label="Min CPU cores")
     hide_bad = forms.BooleanField(required=False, label="Hide bad hosts")
 
 

@@ -122,6 +122,11 @@ class OfferFilter:
     max_dph: float | None = None
     min_reliability: float | None = None
     geolocation: str = ""
+    min_gpu_ram_gb: float | None = None
+    min_disk_gb: float | None = None
+    min_inet_down_mbps: float | None = None
+    min_cuda: float | None = None
+    min_cpu_cores: int | None = None
     offer_id: int | None = None
     disk_gb: float = DEFAULT_DISK_GB
     limit: int = 50
@@ -146,6 +151,17 @@ class OfferFilter:
             q["reliability"] = {"gte": self.min_reliability}
         if self.geolocation:
             q["geolocation"] = {"eq": self.geolocation.upper()}
+        # vast-manager's default filter: disk_space, gpu_ram, cpu_cores, inet_down, cuda_vers.
+        if self.min_gpu_ram_gb is not None:
+            q["gpu_ram"] = {"gte": self.min_gpu_ram_gb * 1000}  # MB, ×1000 like the CLI
+        if self.min_disk_gb is not None:
+            q["disk_space"] = {"gte": self.min_disk_gb}
+        if self.min_inet_down_mbps is not None:
+            q["inet_down"] = {"gte": self.min_inet_down_mbps}
+        if self.min_cuda is not None:
+            q["cuda_max_good"] = {"gte": self.min_cuda}
+        if self.min_cpu_cores is not None:
+            q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
         return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
@@ -350,11 +366,20 @@ def annotate_offers(offers: list[dict]) -> list[dict]:
             "bad": bad_host,
             "known_perf": known,
             "known_perf_grade": known_perf_grade(known) if known is not None else "",
+            "gpu_ram_gb": _thousandth(offer.get("gpu_ram")),
+            "cpu_ram_gb": _thousandth(offer.get("cpu_ram")),
             "proofs_per_hour": rate,
             "rate_source": source,
             "price_per_proof": (dph / rate) if rate and dph is not None else None,
         })
     return annotated
+
+
+def _thousandth(megabytes) -> float | None:
+    """Vast's MB as GB (the CLI's factor of 1000); None when absent or not a number."""
+    if isinstance(megabytes, bool) or not isinstance(megabytes, int | float):
+        return None
+    return megabytes / 1000
 
 
 THIS_MACHINE = "this machine"

@@ -186,3 +186,25 @@ def test_the_bad_hosts_page_adds_and_removes(client):
     assert staff.post(f"/remote/bad-hosts/{bad.pk}/unmark/").status_code == 302
     assert not BadHost.objects.exists()
     assert client.get("/remote/bad-hosts/").status_code == 302  # logged out: to the login
+
+
+async def test_vast_managers_filters_reach_the_search_in_vasts_units(market):
+    fake_vast, offers = market
+    staff = await sync_to_async(logged_in)("ops")
+    page = await sync_to_async(staff.get)("/remote/offers/", {
+        "gpu_name": "RTX 4090", "min_gpu_ram_gb": "20", "min_disk_gb": "150",
+        "min_inet_down_mbps": "100", "min_cuda": "12", "min_cpu_cores": "8"})
+    assert page.status_code == 200
+    *_, query = (body for _, path, body, _ in fake_vast.requests if path == "/api/v0/bundles/")
+    assert query["gpu_ram"] == {"gte": 20000} and query["disk_space"] == {"gte": 150}
+    assert query["inet_down"] == {"gte": 100} and query["cuda_max_good"] == {"gte": 12}
+    assert query["cpu_cores_effective"] == {"gte": 8}
+    rows = offer_rows(page.content.decode())
+    shown = {o["id"] for o in offers if o["disk_space"] >= 150}
+    assert set(rows) == shown
+    for offer in offers:
+        if offer["id"] in shown:
+            assert f'{offer["gpu_ram"] / 1000:.0f} GB' in rows[offer["id"]]
+            assert f'{offer["cpu_ram"] / 1000:.0f} GB' in rows[offer["id"]]
+    bad = await sync_to_async(staff.get)("/remote/offers/", {"min_cuda": "twelve"})
+    assert bad.status_code == 400
