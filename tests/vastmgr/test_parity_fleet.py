@@ -215,3 +215,19 @@ def test_the_machine_page_shows_the_vast_instances_details(admin_client, fleet):
     assert "must benchmark at least 63 proofs/h" in facts
     download = facts.split("<dt>Download</dt><dd>")[1].split("</dd>")[0]
     assert "not reported" in download  # the record had no inet_down
+
+
+def test_a_destroyed_instance_shows_no_current_figures_and_a_stopped_uptime(admin_client, fleet):
+    remote = RemoteHost.objects.get(machine=fleet["a"])
+    started = remote.vast_facts["start_date"]
+    remote.billing_ended = timezone.now() - timedelta(minutes=30)
+    remote.save()
+    fleet["a"].kill("destroyed by admin")
+    html = admin_client.get("/?state=killed").content.decode()
+    row = html.split(f'id="host-{fleet["a"].pk}-row"')[1].split("</tr>")[0]
+    for cell in ("gpu-util-cell", "temp-cell", "ram-cell"):
+        assert "not reported" in row.split(f'class="{cell}"')[1].split("</td>")[0], cell
+    uptime = row.split('class="uptime-cell">')[1].split("</td>")[0]
+    assert "data-tick" not in uptime  # a stopped clock does not run in the browser
+    assert uptime == fragments.duration(remote.billing_ended.timestamp() - started)
+    assert "destroy-open" not in row

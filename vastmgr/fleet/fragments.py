@@ -234,19 +234,25 @@ class HostView:
                 or (self.engine_gpus[0].get("name") or "" if self.engine_gpus else ""))
 
     @property
+    def current_facts(self) -> dict:
+        """The facts that describe the instance now: none once it is destroyed (its last
+        listing said how it was then, not how it is)."""
+        return {} if self.machine.state == Machine.State.KILLED else self.vast_facts
+
+    @property
     def gpu_util(self) -> float | None:
         """Percent, as Vast reports it; None where nobody reports it."""
-        return _number(self.vast_facts.get("gpu_util"))
+        return _number(self.current_facts.get("gpu_util"))
 
     @property
     def gpu_temp(self) -> float | None:
-        return _number(self.vast_facts.get("gpu_temp"))
+        return _number(self.current_facts.get("gpu_temp"))
 
     @property
     def ram(self) -> dict | None:
         """The instance's memory: used of its limit (GB) when Vast reports both, else the host's
         RAM (cpu_ram, MB); None when not reported."""
-        facts = self.vast_facts
+        facts = self.current_facts
         used, limit = _number(facts.get("mem_usage")), _number(facts.get("mem_limit"))
         total_mb = _number(facts.get("cpu_ram"))
         if used is not None and limit:
@@ -259,9 +265,21 @@ class HostView:
     def uptime(self) -> float | None:
         """Seconds since the instance started (Vast), else since the engine started."""
         started = _number(self.vast_facts.get("start_date"))
+        remote = self.billing
         if started is not None:
-            return max(0.0, self.now - started)
+            ended = remote.billing_ended.timestamp() if remote and remote.billing_ended \
+                else self.now
+            return max(0.0, ended - started)
+        if self.machine.state == Machine.State.KILLED:
+            return None
         return self.aged(self.snapshot.get("uptime_secs"))
+
+    @property
+    def uptime_stopped(self) -> str:
+        """A destroyed machine's uptime, which no longer runs (else empty)."""
+        uptime = self.uptime
+        return duration(uptime) if uptime is not None and \
+            self.machine.state == Machine.State.KILLED else ""
 
     @property
     def ssh_command(self) -> str:
