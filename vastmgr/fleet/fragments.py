@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from vastmgr.fleet.models import HostSample, HostStatus, Machine
+from vastmgr.fleet.models import Event, HostSample, HostStatus, Machine
 from vastmgr.fleet.partial_snapshot import (
     PartialCounters,
     PartialMemory,
@@ -38,6 +38,7 @@ from vastmgr.proofs.progress import (
     JobProgress,
     pipeline_phase,
 )
+from vastmgr.remote.models import BadHost, Secret, UnmanagedInstance, VastSync
 
 from .controller.liveness import LIVE, OFFLINE, connection_state
 
@@ -68,6 +69,7 @@ class HostView:
     now: float
     done_24h: int = 0
     failed_24h: int = 0
+    bad_host: BadHost | None = None  # its provider machine is on the bad-hosts list
 
     @cached_property
     def snapshot(self) -> PartialSnapshot:
@@ -209,6 +211,84 @@ class HostView:
             return None
         return self.spent_24h / self.done_24h
 
+    # ---- hardware, as the provider reports it (Vast's instance record), else the machine row
+
+    @property
+    def vast_facts(self) -> dict:
+        remote = self.billing
+        return remote.vast_facts if remote is not None and remote.vast_facts else {}
+
+    @property
+    def engine_gpus(self) -> list[dict]:
+        """The engine's devices that are GPUs (an engine proving on the CPU reports "cpu")."""
+        return [d for d in self.devices if d.get("backend") not in (None, "cpu")]
+
+    @property
+    def gpu_count(self) -> int | None:
+        count = self.vast_facts.get("num_gpus") or self.machine.gpu_count
+        return count or len(self.engine_gpus) or None
+
+    @property
+    def gpu_name(self) -> str:
+        return (self.vast_facts.get("gpu_name") or self.machine.gpu_name
+                or (self.engine_gpus[0].get("name") or "" if self.engine_gpus else ""))
+
+    @property
+    def current_facts(self) -> dict:
+        """The facts that describe the instance now: none once it is destroyed (its last
+        listing said how it was then, not how it is)."""
+        return {} if self.machine.state == Machine.State.KILLED else self.vast_facts
+
+    @property
+    def gpu_util(self) -> float | None:
+        """Percent, as Vast reports it; None where nobody reports it."""
+        return _number(self.current_facts.get("gpu_util"))
+
+    @property
+    def gpu_temp(self) -> float | None:
+        return _number(self.current_facts.get("gpu_temp"))
+
+    @property
+    def ram(self) -> dict | None:
+        """The instance's memory: used of its limit (GB) when Vast reports both, else the host's
+        RAM (cpu_ram, MB); None when not reported."""
+        facts = self.current_facts
+        used, limit = _number(facts.get("mem_usage")), _number(facts.get("mem_limit"))
+        total_mb = _number(facts.get("cpu_ram"))
+        if used is not None and limit:
+            return {"used_gb": used, "total_gb": limit, "percent": round(100 * used / limit)}
+        if total_mb is not None:
+            return {"used_gb": None, "total_gb": total_mb / 1000, "percent": None}
+        return None
+
+    @property
+    def uptime(self) -> float | None:
+        """Seconds since the instance started (Vast), else since the engine started."""
+        started = _number(self.vast_facts.get("start_date"))
+        remote = self.billing
+        if started is not None:
+            ended = remote.billing_ended.timestamp() if remote and remote.billing_ended \
+                else self.now
+            return max(0.0, ended - started)
+        if self.machine.state == Machine.State.KILLED:
+            return None
+        return self.aged(self.snapshot.get("uptime_secs"))
+
+    @property
+    def uptime_stopped(self) -> str:
+        """A destroyed machine's uptime, which no longer runs (else empty)."""
+        uptime = self.uptime
+        return duration(uptime) if uptime is not None and \
+            self.machine.state == Machine.State.KILLED else ""
+
+    @property
+    def ssh_command(self) -> str:
+        machine = self.machine
+        if machine.provider == Machine.Provider.LOCAL or not machine.host:
+            return ""
+        port = f"-p {machine.ssh_port} " if machine.ssh_port != 22 else ""
+        return f"ssh {port}{machine.ssh_user}@{machine.host}"
+
     @property
     def bench_cost_per_proof(self) -> float | None:
         price, rate = self.machine.price_per_hour, self.machine.bench_rate
@@ -217,8 +297,20 @@ class HostView:
         return float(price) / rate
 
 
-def load_hosts(now: float, machine_ids: Iterable[int] | None = None) -> list[HostView]:
-    query = Machine.objects.select_related("live", "remote").exclude(state=Machine.State.KILLED)
+def _number(value) -> float | None:
+    """A provider's value as a number; None when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def load_hosts(now: float, machine_ids: Iterable[int] | None = None, *,
+               killed_since: datetime | None = None) -> list[HostView]:
+    """Live machines (`killed_since`: also those killed since then)."""
+    query = Machine.objects.select_related("live", "remote")
+    alive = ~Q(state=Machine.State.KILLED)
+    query = query.filter(alive | Q(pk__in=killed_machines(killed_since)) if killed_since
+                         else alive)
     if machine_ids is not None:
         query = query.filter(pk__in=machine_ids)
     machines = list(query)
@@ -237,12 +329,60 @@ def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | 
         .annotate(done=Count("id", filter=Q(status=ProofJob.Status.DONE)),
                   failed=Count("id", filter=Q(status=ProofJob.Status.FAILED)))
     }
+    provider_ids = {m.vast_machine_id for m in machines if m.vast_machine_id is not None}
+    bad = {b.provider_machine_id: b for b in BadHost.objects.filter(
+        provider=Machine.Provider.VAST, provider_machine_id__in=provider_ids)} \
+        if provider_ids else {}
     views = []
     for machine in machines:
         row = counts.get(machine.pk, {})
         views.append(HostView(machine, statuses.get(machine.pk), now,
-                              row.get("done", 0), row.get("failed", 0)))
+                              row.get("done", 0), row.get("failed", 0),
+                              bad.get(machine.vast_machine_id)
+                              if machine.vast_machine_id is not None else None))
     return views
+
+
+def killed_machines(since: datetime):
+    """Ids of machines killed since `since`, from the lifecycle events."""
+    return (Event.objects.filter(kind="lifecycle", data__to=Machine.State.KILLED,
+                                 time__gte=since, machine__isnull=False)
+            .values("machine").distinct())
+
+
+# The summary cards: lifecycle states grouped as an operator reads them (vast-manager's cards).
+STATE_GROUPS = {
+    "running": ("Running", (Machine.State.RUNNING,)),
+    "benchmarking": ("Benchmarking", (Machine.State.PARAMS_READY, Machine.State.BENCHMARKED)),
+    "provisioning": ("Fetching params", (Machine.State.PROVISIONING,)),
+    "registered": ("Registered", (Machine.State.REGISTERED,)),
+    "stopped": ("Stopped", (Machine.State.STOPPED,)),
+}
+KILLED_WINDOW = timedelta(hours=24)
+
+
+def state_cards(hosts: list[HostView], now: float) -> dict:
+    """Per state group: its label, the filter it links to and how many machines are in it;
+    the machines killed in the last 24 h; GPUs, $/h, measured and benchmarked proofs/h."""
+    running = [h for h in hosts if h.machine.state == Machine.State.RUNNING]
+    since = datetime.fromtimestamp(now, UTC)
+    done_1h = ProofJob.objects.filter(status=ProofJob.Status.DONE,
+                                      finished_at__gte=since - timedelta(hours=1)).count()
+    rates = [h.machine.bench_rate for h in running if h.machine.bench_rate]
+    vast_key = Secret.is_set(Secret.VAST_API_KEY)
+    return {
+        "states": [{"key": key, "label": label,
+                    "count": sum(1 for h in hosts if h.machine.state in states)}
+                   for key, (label, states) in STATE_GROUPS.items()],
+        "killed": killed_machines(since - KILLED_WINDOW).count(),
+        "gpus": sum(h.gpu_count or 0 for h in running),
+        "proofs_1h": done_1h,
+        "bench_rate": sum(rates) if rates else None,
+        "unmanaged": UnmanagedInstance.objects.count(),
+        "vast_age": VastSync.age_s(since) if vast_key else None,
+        "vast_key": vast_key,
+        "vast_stale_after": VastSync.STALE_AFTER_S,
+    }
 
 
 def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
@@ -283,6 +423,7 @@ def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
         "spent": sum(spent) if spent else None,
         "cost_per_proof": spent_24h / done_priced if done_priced else None,
         "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts) or undispatched,
+        **state_cards(hosts, now),
     }
 
 
@@ -294,11 +435,15 @@ def render_fleet_totals(hosts: list[HostView], now: float | None = None) -> str:
     return render_to_string("fleet/fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
 
 
-def render_fleet(now: float | None = None) -> str:
-    """The whole fleet table body and totals: first render, reconnects and polling."""
+def render_fleet(now: float | None = None, rows: list[HostView] | None = None,
+                 query: str = "") -> str:
+    """The whole fleet table body and totals: first render, reconnects and polling. `rows`:
+    the body's rows when a filter or sort chose them (`query`, its parameters); the totals
+    are always the whole fleet's."""
     hosts = load_hosts(now or time.time())
-    return render_to_string("fleet/fragments/fleet_body.html", {"hosts": hosts}) + \
-        render_fleet_totals(hosts, now)
+    return render_to_string("fleet/fragments/fleet_body.html", {
+        "hosts": hosts if rows is None else rows, "query": query,
+    }) + render_fleet_totals(hosts, now)
 
 
 def render_toast(level: str, text: str, url: str = "") -> str:

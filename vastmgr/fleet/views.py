@@ -1,7 +1,7 @@
 import time
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseForbidden
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -10,19 +10,32 @@ from vastmgr.http import AuthenticatedHttpRequest
 from . import fragments
 from .forms import EventListForm, SrsActionForm
 from .models import HostAction, Machine
+from .table import FleetTableForm
 
 
 def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
+    table = FleetTableForm(request.GET)
+    context = {"table": table, "sorts": table.sort_links()}
+    if not table.is_valid():
+        context["hosts"] = []
+        context["totals_html"] = fragments.render_fleet_totals(fragments.load_hosts(time.time()))
+        return render(request, "fleet/fleet.html", context, status=400)
     now = time.time()
-    hosts = fragments.load_hosts(now)
-    return render(request, "fleet/fleet.html", {
-        "hosts": hosts, "totals_html": fragments.render_fleet_totals(hosts),
-    })
+    context.update(hosts=table.rows(now), query=table.query_without(),
+                   totals_html=fragments.render_fleet_totals(fragments.load_hosts(now)))
+    return render(request, "fleet/fleet.html", context)
 
 
 def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """The socket's full state over plain HTTP: the browser's fallback while the socket is down."""
-    return HttpResponse(fragments.render_fleet())
+    """The socket's full state over plain HTTP: the browser's fallback while the socket is
+    down, and a filtered or sorted page's own rows (same query parameters as the page)."""
+    table = FleetTableForm(request.GET)
+    if not table.is_valid():
+        return HttpResponseBadRequest(f"Bad fleet table parameters: {table.error_message()}",
+                                      content_type="text/plain; charset=utf-8")
+    now = time.time()
+    return HttpResponse(fragments.render_fleet(
+        now, table.rows(now) if table.filtered else None, table.query_without()))
 
 
 def host(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:

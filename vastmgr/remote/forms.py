@@ -1,5 +1,7 @@
+import math
 import os
 import stat
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +142,16 @@ class OfferSearchForm(forms.Form):
     min_reliability = forms.FloatField(required=False, min_value=0, max_value=1,
                                        label="Min reliability (0–1)")
     geolocation = forms.CharField(required=False, max_length=2, label="Country (2 letters)")
+    min_gpu_ram_gb = forms.FloatField(required=False, min_value=0, max_value=1000,
+                                      label="Min GPU RAM (GB)")
+    min_disk_gb = forms.FloatField(required=False, min_value=0, max_value=100_000,
+                                   label="Min disk (GB)")
+    min_inet_down_mbps = forms.FloatField(required=False, min_value=0, max_value=1_000_000,
+                                          label="Min download (Mbps)")
+    min_cuda = forms.FloatField(required=False, min_value=0, max_value=100, label="Min CUDA")
+    min_cpu_cores = forms.IntegerField(required=False, min_value=0, max_value=10_000,
+                                       label="Min CPU cores")
+    hide_bad = forms.BooleanField(required=False, label="Hide bad hosts")
 
 
 class CommandForm(forms.Form):
@@ -149,3 +161,78 @@ class CommandForm(forms.Form):
     command = forms.CharField(max_length=1000, help_text="run by the login shell of each host")
     timeout = forms.IntegerField(min_value=1, max_value=600, initial=60,
                                  help_text="seconds; a command still running then is stopped")
+
+
+MAX_BULK = 20  # machines ignored by one click
+# Offers rented by one click: each rent is a few Vast calls while the page waits.
+MAX_BULK_RENT = 5
+MAX_ID = 2**62  # provider ids are stored as 64-bit integers
+
+
+class ErrorMessage:
+    """A form's errors in one line, for a message or a 400 answer."""
+
+    def error_message(self) -> str:
+        errors = self.errors  # type: ignore[attr-defined]
+        fields = self.fields  # type: ignore[attr-defined]
+        return "; ".join(f"{fields[name].label or name}: {error}" if name in fields
+                         else str(error) for name, errors in errors.items() for error in errors)
+
+
+class BadHostForm(ErrorMessage, forms.Form):
+    provider_machine_id = forms.IntegerField(min_value=0, max_value=MAX_ID,
+                                             label="Vast machine id")
+    reason = forms.CharField(max_length=500, strip=True)
+
+
+class BulkIgnoreForm(ErrorMessage, forms.Form):
+    """Mark the provider machines behind several offers bad at once."""
+
+    machine_ids = forms.TypedMultipleChoiceField(coerce=int, label="Vast machine ids")
+    reason = forms.CharField(max_length=500, strip=True, initial="ignored from the offers list")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Any id is a valid choice; TypedMultipleChoiceField only needs them listed.
+        values = self.data.getlist("machine_ids") if hasattr(self.data, "getlist") else []
+        self.fields["machine_ids"].choices = [(v, v) for v in values]  # type: ignore[attr-defined]
+
+    def clean_machine_ids(self) -> list[int]:
+        ids = self.cleaned_data["machine_ids"]
+        if len(ids) > MAX_BULK:
+            raise forms.ValidationError(f"at most {MAX_BULK} machines at once")
+        return _ids_in_range(ids, "machine")
+
+
+class RentForm(ErrorMessage, forms.Form):
+    """The rent dialog: the offers, the most a proof may cost (which sets the benchmark each
+    machine must reach: ceil($/h ÷ max $/proof)) and the disk."""
+
+    offer_ids = forms.TypedMultipleChoiceField(coerce=int, label="Offers")
+    max_price_per_proof = forms.DecimalField(min_value=Decimal("0.00001"), max_value=10,
+                                             max_digits=8, decimal_places=5,
+                                             label="Max $/proof")
+    disk_gb = forms.IntegerField(min_value=16, max_value=2000, label="Disk (GB)")
+
+    DEFAULT_MAX_PRICE_PER_PROOF = Decimal("0.008")  # vast-manager's default
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        values = self.data.getlist("offer_ids") if hasattr(self.data, "getlist") else []
+        self.fields["offer_ids"].choices = [(v, v) for v in values]  # type: ignore[attr-defined]
+
+    def clean_offer_ids(self) -> list[int]:
+        ids = self.cleaned_data["offer_ids"]
+        if len(ids) > MAX_BULK_RENT:
+            raise forms.ValidationError(f"at most {MAX_BULK_RENT} offers at once")
+        return _ids_in_range(ids, "offer")
+
+def _ids_in_range(ids: list[int], what: str) -> list[int]:
+    if any(not 0 <= i <= MAX_ID for i in ids):
+        raise forms.ValidationError(f"{what} ids are between 0 and {MAX_ID}")
+    return sorted(set(ids))
+
+
+def min_bench_rate(dph: float, max_price_per_proof: Decimal) -> int:
+    """The proofs per hour at which a machine costing `dph` $/h stays under the price."""
+    return max(1, math.ceil(Decimal(str(dph)) / max_price_per_proof))

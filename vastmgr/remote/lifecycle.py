@@ -155,14 +155,18 @@ def judge_benchmark(machine: Machine, rate: float, settings: RemoteSettings
     if machine.gpu_name:
         HostPerf.record(provider_machine_id=machine.vast_machine_id, gpu_name=machine.gpu_name,
                         gpu_count=machine.gpu_count, rate=rate)
-    if rate >= settings.min_bench_rate:
+    remote = RemoteHost.objects.filter(machine=machine).first()
+    # A rent may have asked for more (or less) than the configured minimum.
+    minimum = remote.min_bench_rate if remote and remote.min_bench_rate else \
+        settings.min_bench_rate
+    if rate >= minimum:
         machine.transition(Machine.State.BENCHMARKED)
         return None
-    reason = f"benchmark {rate:.1f} proofs/h is below the minimum {settings.min_bench_rate:g}"
+    reason = f"benchmark {rate:.1f} proofs/h is below the minimum {minimum:g}"
     if machine.vast_machine_id is not None:
         BadHost.flag(machine.vast_machine_id, reason, machine=machine)
     return alerts.Alert("bad_benchmark", f"{machine.name}: {reason}", machine.pk,
-                        {"rate": rate, "minimum": settings.min_bench_rate})
+                        {"rate": rate, "minimum": minimum})
 
 
 class Automation:

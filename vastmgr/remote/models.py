@@ -1,5 +1,6 @@
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -76,9 +77,39 @@ class RemoteHost(models.Model):
     # (exited, offline, unknown...): the automation destroys it after a grace period.
     vast_status = models.CharField(max_length=40, blank=True)
     vast_down_since = models.DateTimeField(null=True, blank=True)
+    # The instance's hardware facts as Vast last listed them (VAST_FACTS of its record; a
+    # field Vast left out is absent, shown as "not reported") and when that list was taken.
+    vast_facts = models.JSONField(default=dict, blank=True)
+    vast_seen_at = models.DateTimeField(null=True, blank=True)
+    # The benchmark this machine must reach (proofs/h), chosen when it was rented from a
+    # maximum price per proof; empty: the configured minimum.
+    min_bench_rate = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"remote {self.machine.name}"
+
+    # The machine page's detail grid: label, Vast's field, how to show it (vast-manager's
+    # expanded row).
+    FACT_ROWS = (
+        ("GPU", "gpu_name", "{}"), ("GPUs", "num_gpus", "{}"), ("GPU RAM", "gpu_ram", "{:.0f} MB"),
+        ("GPU utilisation", "gpu_util", "{:.0f} %"), ("GPU temperature", "gpu_temp", "{:.0f} °C"),
+        ("Host RAM", "cpu_ram", "{:.0f} MB"), ("Memory used", "mem_usage", "{:.1f} GB"),
+        ("Memory limit", "mem_limit", "{:.1f} GB"), ("CUDA (max)", "cuda_max_good", "{}"),
+        ("Download", "inet_down", "{:.0f} Mbps"), ("Upload", "inet_up", "{:.0f} Mbps"),
+        ("Disk", "disk_space", "{:.0f} GB"), ("Reliability", "reliability2", "{:.4f}"),
+        ("Location", "geolocation", "{}"),
+    )
+
+    def fact_rows(self) -> list[tuple[str, str | None]]:
+        """Each fact as Vast last listed it, formatted; None where Vast did not report it."""
+        rows = []
+        for label, key, fmt in self.FACT_ROWS:
+            value = self.vast_facts.get(key)
+            try:
+                rows.append((label, None if value is None else fmt.format(value)))
+            except (TypeError, ValueError):  # not the type Vast documents: shown as sent
+                rows.append((label, str(value)))
+        return rows
 
     @property
     def ssh_key_secret_name(self) -> str:
@@ -97,6 +128,41 @@ class RemoteHost(models.Model):
     def for_machine(cls, machine: Machine) -> "RemoteHost":
         remote, _ = cls.objects.get_or_create(machine=machine)
         return remote
+
+
+class VastSync(models.Model):
+    """When the automation last listed our Vast instances successfully: how old every
+    provider-reported value on the pages is. One row."""
+
+    listed_at = models.DateTimeField()
+
+    # Older than two automation ticks (one a minute): a reconcile was missed.
+    STALE_AFTER_S = 120
+
+    @classmethod
+    def mark(cls, when) -> None:
+        cls.objects.update_or_create(pk=1, defaults={"listed_at": when})
+
+    @classmethod
+    def age_s(cls, now=None) -> float | None:
+        """Seconds since the last successful listing; None if there never was one."""
+        listed = cls.objects.filter(pk=1).values_list("listed_at", flat=True).first()
+        if listed is None:
+            return None
+        return max(0.0, ((now or timezone.now()) - listed).total_seconds())
+
+
+class RentPreference(models.Model):
+    """What a user last chose in the rent dialog, offered again next time."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="rent_preference")
+    max_price_per_proof = models.DecimalField(max_digits=8, decimal_places=5)
+    disk_gb = models.PositiveIntegerField()
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: ${self.max_price_per_proof}/proof, {self.disk_gb} GB"
 
 
 class UnmanagedInstance(models.Model):
@@ -147,6 +213,13 @@ class BadHost(models.Model):
                          machine=machine, level=Event.Level.WARNING,
                          data={"provider_machine_id": provider_machine_id, "reason": reason})
         return bad
+
+    def unmark(self, *, by: str) -> None:
+        """Off the list: its offers can be rented again."""
+        Event.record("bad_host", f"{self.provider} machine {self.provider_machine_id} unmarked "
+                                 f"by {by} (was: {self.reason})",
+                     data={"provider_machine_id": self.provider_machine_id, "by": by})
+        self.delete()
 
 
 class HostPerf(models.Model):

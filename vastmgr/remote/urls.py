@@ -13,5 +13,8 @@ urlpatterns = [
     path("machines/<int:pk>/<slug:action>/", views.machine_action, name="machine_action"),
     path("offers/", views.offers, name="offers"),
     path("offers/api-key/", views.set_api_key, name="set_api_key"),
-    path("offers/<int:offer_id>/rent/", views.rent_offer, name="rent"),
+    path("offers/rent/", views.rent_offers, name="rent"),
+    path("offers/ignore/", views.ignore_offers, name="ignore_offers"),
+    path("bad-hosts/", views.bad_hosts, name="bad_hosts"),
+    path("bad-hosts/<int:pk>/unmark/", views.unmark_bad_host, name="unmark_bad_host"),
 ]

@@ -36,7 +36,7 @@ from vastmgr.instances.models import SECRET_ENV, DeploySecret
 
 from . import alerts
 from .conf import RemoteSettings
-from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
+from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
 
 RETRY_STATUSES = {429, 502, 503, 504}
 PAGE_LIMIT = 25  # the v1 instance list returns at most 25 rows per page
@@ -123,6 +123,11 @@ class OfferFilter:
     max_dph: float | None = None
     min_reliability: float | None = None
     geolocation: str = ""
+    min_gpu_ram_gb: float | None = None
+    min_disk_gb: float | None = None
+    min_inet_down_mbps: float | None = None
+    min_cuda: float | None = None
+    min_cpu_cores: int | None = None
     offer_id: int | None = None
     disk_gb: float = DEFAULT_DISK_GB
     limit: int = 50
@@ -147,6 +152,17 @@ class OfferFilter:
             q["reliability"] = {"gte": self.min_reliability}
         if self.geolocation:
             q["geolocation"] = {"eq": self.geolocation.upper()}
+        # vast-manager's default filter: disk_space, gpu_ram, cpu_cores, inet_down, cuda_vers.
+        if self.min_gpu_ram_gb is not None:
+            q["gpu_ram"] = {"gte": self.min_gpu_ram_gb * 1000}  # MB, ×1000 like the CLI
+        if self.min_disk_gb is not None:
+            q["disk_space"] = {"gte": self.min_disk_gb}
+        if self.min_inet_down_mbps is not None:
+            q["inet_down"] = {"gte": self.min_inet_down_mbps}
+        if self.min_cuda is not None:
+            q["cuda_max_good"] = {"gte": self.min_cuda}
+        if self.min_cpu_cores is not None:
+            q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
         return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
@@ -335,16 +351,24 @@ def ssh_endpoint(instance: dict) -> tuple[str, int] | None:
 
 def annotate_offers(offers: list[dict]) -> list[dict]:
     """Add bad-host flags and our price-per-proof estimate from recorded benchmarks."""
-    bad = set(BadHost.objects.filter(provider=Machine.Provider.VAST)
-              .values_list("provider_machine_id", flat=True))
+    bad = {b.provider_machine_id: b for b in BadHost.objects.filter(
+        provider=Machine.Provider.VAST)}
     annotated = []
     for offer in offers:
         rate, source = estimate_rate(offer.get("machine_id"), offer.get("gpu_name", ""),
                                      offer.get("num_gpus") or 0)
         dph = offer.get("dph_total")
+        bad_host = bad.get(offer["machine_id"]) if offer.get("machine_id") is not None else None
+        # Only this very machine's own benchmark counts as known (not similar hosts).
+        known = rate if source == THIS_MACHINE else None
         annotated.append({
             **offer,
-            "bad_host": offer.get("machine_id") in bad,
+            "bad_host": bad_host is not None,
+            "bad": bad_host,
+            "known_perf": known,
+            "known_perf_grade": known_perf_grade(known) if known is not None else "",
+            "gpu_ram_gb": _thousandth(offer.get("gpu_ram")),
+            "cpu_ram_gb": _thousandth(offer.get("cpu_ram")),
             "proofs_per_hour": rate,
             "rate_source": source,
             "price_per_proof": (dph / rate) if rate and dph is not None else None,
@@ -352,12 +376,28 @@ def annotate_offers(offers: list[dict]) -> list[dict]:
     return annotated
 
 
+def _thousandth(megabytes) -> float | None:
+    """Vast's MB as GB (the CLI's factor of 1000); None when absent or not a number."""
+    if isinstance(megabytes, bool) or not isinstance(megabytes, int | float):
+        return None
+    return megabytes / 1000
+
+
+THIS_MACHINE = "this machine"
+# vast-manager's known-performance grades (proofs/h): at least GOOD is good, at least OK is ok.
+KNOWN_PERF_GOOD, KNOWN_PERF_OK = 40, 25
+
+
+def known_perf_grade(rate: float) -> str:
+    return "good" if rate >= KNOWN_PERF_GOOD else "ok" if rate >= KNOWN_PERF_OK else "low"
+
+
 def estimate_rate(machine_id, gpu_name: str, gpu_count: int) -> tuple[float | None, str]:
     """Proofs per hour: this machine's best benchmark, else the mean for the same GPU set."""
     exact = HostPerf.objects.filter(provider_machine_id=machine_id, gpu_name=gpu_name,
                                     gpu_count=gpu_count).first()
     if exact:
-        return exact.proofs_per_hour, "this machine"
+        return exact.proofs_per_hour, THIS_MACHINE
     similar = list(HostPerf.objects.filter(gpu_name=gpu_name, gpu_count=gpu_count)
                    .values_list("proofs_per_hour", flat=True))
     if similar:
@@ -377,6 +417,7 @@ class RentRequest:
     dph_total: float | None
     image: str = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
     disk_gb: int = DEFAULT_DISK_GB
+    min_bench_rate: int | None = None  # None: the configured minimum
 
     @classmethod
     def from_offer(cls, offer: dict, **overrides) -> "RentRequest":
@@ -427,7 +468,8 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
             gpu_name=request.gpu_name, gpu_count=request.gpu_count,
             price_per_hour=_price(request.dph_total),
         )
-        remote = RemoteHost.objects.create(machine=machine, vast_label=label)
+        remote = RemoteHost.objects.create(machine=machine, vast_label=label,
+                                           min_bench_rate=request.min_bench_rate)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
         Event.record("vast", f"renting offer {request.offer_id} as {label}", machine=machine,
                      data={"offer_id": request.offer_id, "label": label})
@@ -488,6 +530,19 @@ def _attach_instance(machine_id: int, instance_id: int, request: RentRequest | N
 
 def _price(dph) -> Decimal | None:
     return Decimal(str(dph)).quantize(Decimal("0.0001")) if dph is not None else None
+
+
+# What the fleet table shows of an instance record (Vast's names and units: gpu_util in %,
+# gpu_temp in °C, cpu_ram and gpu_ram in MB, mem_usage and mem_limit in GB, start_date in s).
+VAST_FACTS = ("gpu_name", "num_gpus", "gpu_ram", "gpu_util", "gpu_temp", "cpu_ram",
+              "mem_usage", "mem_limit", "start_date", "cuda_max_good", "inet_down", "inet_up",
+              "disk_space", "reliability2", "geolocation")
+
+
+def _apply_facts(machine: Machine, instance: dict, listed_at: datetime) -> None:
+    """Keep the instance's hardware facts as listed; a value Vast did not send stays absent."""
+    facts = {key: instance[key] for key in VAST_FACTS if instance.get(key) is not None}
+    RemoteHost.objects.filter(machine=machine).update(vast_facts=facts, vast_seen_at=listed_at)
 
 
 def _apply_instance(machine: Machine, instance: dict) -> None:
@@ -563,6 +618,7 @@ def _reconcile_rows(instances: list[dict], now: datetime) -> ReconcilePlan:
     judged on this list."""
     plan = ReconcilePlan({"updated": 0, "killed": 0, "adopted": [], "destroyed": [],
                           "unmanaged": []})
+    VastSync.mark(now)
     by_id = {int(i["id"]): i for i in instances}
     by_label = {i["label"]: i for i in instances if i.get("label")}
     claimed = set()
@@ -574,6 +630,7 @@ def _reconcile_rows(instances: list[dict], now: datetime) -> ReconcilePlan:
         claimed.add(int(instance["id"]))
         plan.alerts += _apply_status(machine, instance, now)
         _apply_instance(machine, instance)
+        _apply_facts(machine, instance, now)
         plan.summary["updated"] += 1
     killed_ids = set(Machine.objects.filter(provider=Machine.Provider.VAST,
                                             state=Machine.State.KILLED,

@@ -1,12 +1,22 @@
 
+from decimal import Decimal
+
 import asyncssh
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.http import HttpResponse, HttpResponseNotFound
+from django.http import (
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseForbidden,
+    HttpResponseNotFound,
+    HttpResponseRedirect,
+)
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from vastmgr.errors import ProvisionError, SecretUnavailable, SSHError
@@ -15,8 +25,18 @@ from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
 from .actions import ACTIONS, LAUNCHED, offered, why_not
-from .forms import AddHostForm, ApiKeyForm, CommandForm, OfferSearchForm
-from .models import RemoteHost, Secret
+from .forms import (
+    MAX_BULK_RENT,
+    AddHostForm,
+    ApiKeyForm,
+    BadHostForm,
+    BulkIgnoreForm,
+    CommandForm,
+    OfferSearchForm,
+    RentForm,
+    min_bench_rate,
+)
+from .models import BadHost, RemoteHost, RentPreference, Secret, VastSync
 from .provision import Provisioner, run_on_hosts
 from .transport import has_engine
 
@@ -166,7 +186,8 @@ def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> H
         messages.info(request, f"{action} started; progress appears in the events below")
     else:
         messages.error(request, f"unknown action {action!r}")
-    return redirect("remote:machine", machine.pk)
+    # The fleet page's destroy dialog returns there.
+    return _back(request, reverse("remote:machine", args=[machine.pk]))
 
 
 def launch_action(machine: Machine, action: str, user: str) -> None:
@@ -246,18 +267,36 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     key_form = ApiKeyForm()
     search = OfferSearchForm(request.GET or None)
     results, error = [], ""
+    rent = rent_defaults(request.user)
     if search.is_bound and search.is_valid():
         try:
             client = vast.VastClient.from_settings()
-            found = async_to_sync(client.search_offers)(vast.OfferFilter(**{
-                k: v for k, v in search.cleaned_data.items() if v not in (None, "")}))
+            # Priced with the disk this user rents with: the $/h shown is what is charged.
+            wanted = {k: v for k, v in search.cleaned_data.items()
+                      if k != "hide_bad" and v not in (None, "", False)}
+            found = async_to_sync(client.search_offers)(
+                vast.OfferFilter(disk_gb=rent["disk_gb"], **wanted))
             results = vast.annotate_offers(found)
         except (vast.VastError, SecretUnavailable) as exc:
             error = str(exc)
+    hidden = 0
+    if search.is_bound and search.is_valid() and search.cleaned_data["hide_bad"]:
+        shown = [o for o in results if not o["bad_host"]]
+        hidden, results = len(results) - len(shown), shown
     return render(request, "remote/offers.html", {
         "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
-        "search": search, "offers": results, "error": error, "disk_gb": vast.DEFAULT_DISK_GB,
-    })
+        "search": search, "offers": results, "hidden_bad": hidden, "error": error,
+        "rent": rent, "max_rent": MAX_BULK_RENT, "vast_age": VastSync.age_s(),
+        "vast_stale_after": VastSync.STALE_AFTER_S,
+    }, status=400 if search.is_bound and not search.is_valid() else 200)
+
+
+def rent_defaults(user: User) -> dict:
+    """The rent dialog's starting values: this user's last choice, else vast-manager's."""
+    saved = RentPreference.objects.filter(user=user).first()
+    price = saved.max_price_per_proof if saved else RentForm.DEFAULT_MAX_PRICE_PER_PROOF
+    return {"max_price_per_proof": price.normalize(),  # 0.004, not 0.00400
+            "disk_gb": saved.disk_gb if saved else vast.DEFAULT_DISK_GB}
 
 
 @staff_member_required
@@ -275,16 +314,95 @@ def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @staff_member_required
 @require_POST
-def rent_offer(request: AuthenticatedHttpRequest, offer_id: int) -> HttpResponse:
-    try:
-        client = vast.VastClient.from_settings()
-        # Looked up by id, so any offer in the market can be rented, priced with the disk the
-        # rent asks for.
-        offer = async_to_sync(client.offer)(offer_id, disk_gb=vast.DEFAULT_DISK_GB)
-        if offer is None:
-            raise vast.VastError(f"offer {offer_id} is no longer available")
-        machine = async_to_sync(vast.rent)(client, vast.RentRequest.from_offer(offer))
-    except (vast.VastError, SecretUnavailable) as exc:
-        messages.error(request, str(exc))
-        return redirect("remote:offers")
-    return redirect("remote:machine", machine.pk)
+def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Rent one or several offers from the rent dialog: each machine must then benchmark at
+    least ceil($/h ÷ max $/proof) proofs/h. The dialog's values are remembered for the user."""
+    form = RentForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"Not rented: {form.error_message()}",
+                                      content_type="text/plain; charset=utf-8")
+    data = form.cleaned_data
+    RentPreference.objects.update_or_create(user=request.user, defaults={
+        "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"]})
+    rented = []
+    for offer_id in data["offer_ids"]:
+        try:
+            rented.append(_rent_one(offer_id, data["max_price_per_proof"], data["disk_gb"]))
+        except (vast.VastError, SecretUnavailable) as exc:
+            messages.error(request, f"offer {offer_id}: {exc}")
+    for machine in rented:
+        messages.info(request, f"rented {machine.name}: it must benchmark at least "
+                               f"{machine.remote.min_bench_rate} proofs/h")
+    if len(rented) == 1 and len(data["offer_ids"]) == 1:
+        return redirect("remote:machine", rented[0].pk)
+    return redirect("fleet" if rented else "remote:offers")
+
+
+def _rent_one(offer_id: int, max_price_per_proof: Decimal, disk_gb: int) -> Machine:
+    client = vast.VastClient.from_settings()
+    # Looked up by id, so any offer in the market can be rented, priced with the disk the
+    # rent asks for.
+    offer = async_to_sync(client.offer)(offer_id, disk_gb=disk_gb)
+    if offer is None:
+        raise vast.VastError(f"offer {offer_id} is no longer available")
+    if offer.get("dph_total") is None:
+        raise vast.VastError(f"offer {offer_id} has no price: not rented")
+    request = vast.RentRequest.from_offer(
+        offer, disk_gb=disk_gb,
+        min_bench_rate=min_bench_rate(offer["dph_total"], max_price_per_proof))
+    return async_to_sync(vast.rent)(client, request)
+
+
+def bad_hosts(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The bad-hosts list; staff add (POST) with a reason."""
+    form = BadHostForm(request.POST or None)
+    if request.method == "POST":
+        if not request.user.is_staff:
+            return HttpResponseForbidden("Only staff can mark hosts bad.",
+                                         content_type="text/plain; charset=utf-8")
+        if form.is_valid():
+            data = form.cleaned_data
+            BadHost.flag(data["provider_machine_id"],
+                         f"{data['reason']} (by {request.user.get_username()})")
+            messages.info(request, f"Vast machine {data['provider_machine_id']} marked bad: "
+                                   "its offers are refused")
+            return redirect("remote:bad_hosts")
+    return render(request, "remote/bad_hosts.html", {
+        "form": form, "bad_hosts": BadHost.objects.all(),
+    }, status=400 if form.is_bound and form.errors else 200)
+
+
+@staff_member_required
+@require_POST
+def unmark_bad_host(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    bad = get_object_or_404(BadHost, pk=pk)
+    bad.unmark(by=request.user.get_username())
+    messages.info(request, f"{bad.provider} machine {bad.provider_machine_id} is no longer "
+                           "marked bad")
+    return _back(request, reverse("remote:bad_hosts"))
+
+
+@staff_member_required
+@require_POST
+def ignore_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Mark the machines behind the selected offers bad (vast-manager's bulk Ignore)."""
+    form = BulkIgnoreForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"Nothing marked: {form.error_message()}",
+                                      content_type="text/plain; charset=utf-8")
+    reason = f"{form.cleaned_data['reason']} (by {request.user.get_username()})"
+    for machine_id in form.cleaned_data["machine_ids"]:
+        BadHost.flag(machine_id, reason)
+    count = len(form.cleaned_data["machine_ids"])
+    messages.info(request, f"{count} Vast machine{'s' if count != 1 else ''} marked bad")
+    return _back(request, reverse("remote:offers"))
+
+
+def _back(request: AuthenticatedHttpRequest, fallback: str) -> HttpResponse:
+    """To the page the action came from (`next`, same site only), else the `fallback` URL."""
+    target = request.POST.get("next", "")
+    # A URL, never a view name (redirect() would try to reverse "0").
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, {request.get_host()}, require_https=request.is_secure()):
+        return HttpResponseRedirect(target)
+    return HttpResponseRedirect(fallback)

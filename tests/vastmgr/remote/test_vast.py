@@ -300,7 +300,8 @@ async def test_any_offer_in_a_large_market_can_be_rented_from_the_page(
     page = await sync_to_async(client.get)("/remote/offers/", {"gpu_name": dearest["gpu_name"]})
     assert f"{cheapest['dph_total']:.3f}" in page.content.decode()
 
-    response = await sync_to_async(client.post)(f"/remote/offers/{dearest['id']}/rent/")
+    response = await sync_to_async(client.post)("/remote/offers/rent/", {
+        "offer_ids": [dearest["id"]], "max_price_per_proof": "0.008", "disk_gb": 64})
 
     machine = await Machine.objects.aget(provider=Machine.Provider.VAST)
     assert response.status_code == 302 and response.url == f"/remote/machines/{machine.pk}/"

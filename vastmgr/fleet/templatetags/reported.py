@@ -1,4 +1,5 @@
-"""`{{ value|reported }}`: the value, or "not reported" when the engine did not send it.
+"""`{{ value|reported }}`: the value, or "not reported" when the engine did not send it;
+`{% not_reported "the provider" %}`: the same mark for a value someone else did not report.
 
 Upstream cuzk daemons lack many of our fields, and any field may be absent or null; a panel
 that printed 0 (or "None") for those would state something nobody measured.
@@ -24,3 +25,9 @@ def reported(value, fmt: str = ""):
     if value is None or value == "":
         return NOT_REPORTED
     return FORMATS[fmt](value) if fmt else value
+
+
+@register.simple_tag
+def not_reported(source: str = "the engine"):
+    return format_html('<span class="not-reported" title="{} did not report this value">'
+                       "not reported</span>", source)
