@@ -100,11 +100,11 @@ class Summary:
         return counts
 
     def text(self) -> str:
-        lines = [f"truth oracle: {sum(self.samples.values())} samples "
-                 f"({', '.join(f'{k} {v}' for k, v in sorted(self.samples.items()))}) over "
-                 f"{self.seconds:.0f} s, {self.checked} cells checked, {self.engine_polls} engine "
-                 f"snapshots, {self.responses} HTTP responses",
-                 "scenario: " + "; ".join(self.events),
+        head = (f"truth oracle: {sum(self.samples.values())} samples "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(self.samples.items()))}) over "
+                f"{self.seconds:.0f} s, {self.checked} cells checked, {self.engine_polls} "
+                f"engine snapshots, {self.responses} HTTP responses")
+        lines = [head, "scenario: " + "; ".join(self.events),
                  "violations per rule: " + ", ".join(f"{k} {v}" for k, v in
                                                     self.per_rule().items())]
         lines += [str(v) for v in self.violations]
@@ -129,7 +129,7 @@ class Sampler:
             before = time.time()
             try:
                 view = page.evaluate(dom.EXTRACT, arg)
-            except Exception as exc:  # noqa: BLE001 - a page in the middle of a navigation
+            except Exception as exc:  # a page in the middle of a navigation
                 if "navigat" in str(exc) or "context was destroyed" in str(exc):
                     continue
                 raise

@@ -102,10 +102,12 @@ class Verdict:
     checked: int = 0
     violations: list[Violation] = field(default_factory=list)
 
-    def check(self, ok: bool, violation: Callable[[], Violation]) -> None:
+    def check(self, ok: bool, rule: str, page: str, what: str, shown: object,
+              engine: Callable[[], object]) -> None:
+        """Count one check; on a lie record it (`engine` is described only then)."""
         self.checked += 1
         if not ok:
-            self.violations.append(violation())
+            self.violations.append(Violation(rule, page, what, shown, engine()))
 
 
 # ---- what the engine says, per state -----------------------------------------------------------
@@ -232,24 +234,26 @@ def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
     flight (reported apart: the issue's worst lie)."""
     for job, cells in _shown_jobs(view):
         for cell in cells:
-            allowed, judged = _union(states, lambda s, c=cell: partition_phases(s, job, c["index"]))
+            allowed, judged = _union(states, lambda s, j=job, c=cell: partition_phases(
+                s, j, c["index"]))
             if not judged:
                 continue
             rule = "partition_phase"
             if cell["phase"] in IN_FLIGHT_PHASES and all(
                     settled(s, job) for s in states if s.snapshot is not None):
                 rule = "settled_job_in_flight"
-            verdict.check(cell["phase"] in allowed, lambda c=cell, a=allowed, r=rule: Violation(
-                r, view["page"], f"job {job} P{c['index']}", c["phase"], sorted(a)))
+            verdict.check(cell["phase"] in allowed, rule, view["page"],
+                          f"job {job} P{cell['index']}", cell["phase"],
+                          lambda a=allowed: sorted(a))
 
 
 def check_job_phase(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
     """Waiting vs loading vs running: the job's label is a phase the engine reported."""
     for job, label in _shown_labels(view):
-        allowed, judged = _union(states, lambda s: job_labels(s, job))
+        allowed, judged = _union(states, lambda s, j=job: job_labels(s, j))
         if judged and label is not None:
-            verdict.check(label in allowed, lambda a=allowed, j=job, lab=label: Violation(
-                "job_phase", view["page"], f"job {j}", lab, sorted(a)))
+            verdict.check(label in allowed, "job_phase", view["page"], f"job {job}", label,
+                          lambda a=allowed: sorted(a))
 
 
 def check_workers(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
@@ -261,9 +265,9 @@ def check_workers(view: Mapping[str, Any], states: list[EngineState], verdict: V
         if not engine:
             continue
         described = [_describe_worker(w) for _, w in engine]
-        verdict.check(_describe_worker(shown) in described, lambda sh=shown, d=described: Violation(
-            "worker_state", view["page"], f"worker {sh['worker']}", _describe_worker(sh),
-            sorted(set(d))))
+        verdict.check(_describe_worker(shown) in described, "worker_state", view["page"],
+                      f"worker {shown['worker']}", _describe_worker(shown),
+                      lambda d=described: sorted(set(d)))
         for key, engine_key in (("busy_s", "busy_secs"), ("busy_total_s", "busy_total_secs")):
             value = shown.get(key)
             if value is None:
@@ -276,9 +280,8 @@ def check_workers(view: Mapping[str, Any], states: list[EngineState], verdict: V
             if not expected:
                 continue
             verdict.check(any(abs(value - e) <= CLOCK_TOLERANCE for e in expected),
-                          lambda sh=shown, k=key, v=value, ex=expected: Violation(
-                              "worker_clock", view["page"], f"worker {sh['worker']} {k}", v,
-                              f"{min(ex):.2f}..{max(ex):.2f} s at the read"))
+                          "worker_clock", view["page"], f"worker {shown['worker']} {key}", value,
+                          lambda ex=expected: f"{min(ex):.2f}..{max(ex):.2f} s at the read")
 
 
 def check_figures(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
@@ -296,14 +299,12 @@ def check_figures(view: Mapping[str, Any], states: list[EngineState], verdict: V
                 continue
             value, tolerance = parsed
             values = [f["memory_used_bytes"] for f in engine]
-            verdict.check(any(abs(value - v) <= tolerance for v in values),
-                          lambda s=shown, v=values: Violation(
-                              "figures", view["page"], "memory used", s,
-                              sorted(set(v))))
+            verdict.check(any(abs(value - v) <= tolerance for v in values), "figures",
+                          view["page"], "memory used", shown, lambda v=values: sorted(set(v)))
             continue
         values = [f[name] for f in engine]
-        verdict.check(shown in values, lambda n=name, s=shown, v=values: Violation(
-            "figures", view["page"], n, s, sorted(set(v))))
+        verdict.check(shown in values, "figures", view["page"], name, shown,
+                      lambda v=values: sorted(set(v)))
 
 
 def check_stale(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
@@ -312,9 +313,9 @@ def check_stale(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
     if not states:
         return
     down = all(s.snapshot is None for s in states)
-    verdict.check(not down or view.get("stale", False), lambda: Violation(
-        "stale_label", view["page"], "host data without an age",
-        "live", "engine not answering through the window"))
+    verdict.check(not down or view.get("stale", False), "stale_label", view["page"],
+                  "host data without an age", "live",
+                  lambda: "not answering through the window")
 
 
 RULES: dict[str, Callable[[Mapping[str, Any], list[EngineState], Verdict], None]] = {

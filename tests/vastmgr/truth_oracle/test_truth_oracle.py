@@ -118,20 +118,25 @@ class Operator:
         return None
 
     def cancel(self, job: str) -> None:
-        self.page.goto(f"{self.stack}/proofs/{job}/")
-        self.page.locator(f"#proof-{job}").get_by_role("button", name="Cancel").click(
-            timeout=10_000)
+        self.press(job, "Cancel")
         self.page.wait_for_load_state("load")
         self.event(f"cancelled {job[:8]} with partitions on the device")
 
     def retry(self, job: str) -> str:
-        self.page.goto(f"{self.stack}/proofs/{job}/")
-        self.page.locator(f"#proof-{job}").get_by_role("button", name="Retry").click(
-            timeout=10_000)
+        self.press(job, "Retry")
         self.page.wait_for_url(lambda url: "/proofs/" in url and job not in url)
         retried = self.page.url.rstrip("/").rsplit("/", 1)[1]
         self.event(f"retried {job[:8]} as {retried[:8]}")
         return retried
+
+    def press(self, job: str, button: str) -> None:
+        """A button of the proof's panel, once it shows. Pushes replace the panel several
+        times a second, so the click is dispatched at once rather than after Playwright's
+        wait for an element that stays put."""
+        self.page.goto(f"{self.stack}/proofs/{job}/")
+        locator = self.page.locator(f"#proof-{job}").get_by_role("button", name=button)
+        locator.wait_for(state="visible", timeout=10_000)
+        locator.dispatch_event("click")
 
     def focus(self, job: str | None) -> None:
         """The first proof tab opens `job`; the second keeps the one it showed before."""
