@@ -168,6 +168,8 @@ class FleetController:
         if self.notices:
             notices, self.notices = self.notices, []
             await self.publisher.send(notices)
+        # After the writes: a page that finds it missed a fragment re-renders from the rows.
+        await self.publisher.sync()
         await self.dispatcher.requeue_lost(now)
         await self.dispatcher.dispatch()
         await self.dispatcher.cancel_requested()
