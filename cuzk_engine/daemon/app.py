@@ -193,12 +193,12 @@ async def get_proof(request: web.Request) -> web.Response:
         if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_SECONDS:
             return error(400, f"wait must be between 0 and {MAX_WAIT_SECONDS:g} seconds")
     job = await engine.wait(request.match_info["job_id"], wait)
-    return web.json_response(job.result())
+    return web.json_response(engine.result(job))
 
 
 async def delete_proof(request: web.Request) -> web.Response:
-    job = request.app[ENGINE_KEY].cancel(request.match_info["job_id"])
-    return web.json_response(job.result())
+    engine = request.app[ENGINE_KEY]
+    return web.json_response(engine.result(engine.cancel(request.match_info["job_id"])))
 
 
 async def preload_srs(request: web.Request) -> web.Response:

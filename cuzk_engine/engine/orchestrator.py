@@ -27,7 +27,7 @@ from cuzk_engine.engine.devices import Device, open_devices
 from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
-from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.engine.snapshot import EngineSnapshot, PartitionSnapshot
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.engine.status import JobRecord, StatusTracker
@@ -127,7 +127,11 @@ class Job:
     def same_request(self, kind: str, profile: str, seed: int) -> bool:
         return (self.kind, self.profile, self.seed) == (kind, profile, seed)
 
-    def result(self) -> dict:
+    def result(self, partitions: list[PartitionSnapshot] | None = None) -> dict:
+        """The job's record for its client; ``partitions`` (from the tracker) are its
+        partitions' states and times now (``partition_states``), so an ended job's record says
+        where each one settled, and ``settled`` whether all have (none is still on a device
+        or finalizing)."""
         rec = self.record
         done = rec.status == "done"
         total = None if rec.finished is None else (rec.finished - rec.submitted) * 1000.0
@@ -159,8 +163,12 @@ class Job:
                                for pi in cast("list[list[int]]", self.public_inputs)]
                               if done else None),
             "vk": self.vk if done else None,
-            "verified": self.verified,
+            # true only for a proof that exists and verified; a failed self-check stays false
+            "verified": self.verified if done or self.verified is False else None,
             "error": rec.error,
+            "settled": rec.settled(),
+            "partition_states": (None if partitions is None
+                                 else [p._asdict() for p in partitions]),
         }
 
 
@@ -373,17 +381,29 @@ class Engine:
             raise JobNotFound(f"no job {_shown(job_id, 140)}") from None
 
     async def wait(self, job_id: str, timeout: float | None) -> Job:
-        """The job, once it ended or after `timeout`; the caller hands its result over, so an
-        ended job counts as collected (a drain lingers until those it ended are)."""
+        """The job, once it ended and every partition settled (a cancelled job's partition
+        on a device lets go when the device does), or after `timeout`; the caller hands its
+        result over, so an ended job counts as collected (a drain lingers until those it
+        ended are)."""
         job = self.get(job_id)
-        if not job.terminal and timeout:
+        if not (job.terminal and job.record.settled()) and timeout:
             try:
-                await asyncio.wait_for(job.ended.wait(), timeout)
+                await asyncio.wait_for(self._ended_and_settled(job), timeout)
             except TimeoutError:
                 pass
         if job.terminal:
             job.collected.set()
         return job
+
+    @staticmethod
+    async def _ended_and_settled(job: Job) -> None:
+        await job.ended.wait()
+        if not job.record.settled():
+            await job.settled.wait()
+
+    def result(self, job: Job) -> dict:
+        """A job's record for its client, with its partitions as the tracker has them now."""
+        return job.result(self.tracker.partitions_of(job.record))
 
     def cancel(self, job_id: str) -> Job:
         job = self.get(job_id)

@@ -15,7 +15,24 @@ from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from cuzk_engine.errors import SnapshotFormatError
-from cuzk_engine.vocabulary import PARTITION_PHASES, UNFINISHED_STATUSES, WAITING_PHASES
+from cuzk_engine.vocabulary import (
+    PARAMETER_PHASES,
+    PARTITION_PHASES,
+    SETTLED_PHASES,
+    UNFINISHED_STATUSES,
+    WAITING_PHASES,
+)
+
+# The phases a job of each status can be in; which of them is decided by its partitions
+# (settled or not) and its parameters (in hand or not).
+_PHASES_OF_STATUS = {
+    "queued": {"queued"},
+    "running": {"generating_parameters", "loading_parameters", "running"},
+    "done": {"done"},
+    "failed": {"failing", "failed"},
+    "cancelled": {"cancelling", "cancelled"},
+}
+_UNSETTLED_PHASES = frozenset({"cancelling", "failing"})
 
 
 @dataclass(slots=True)
@@ -64,6 +81,13 @@ class PipelineSnapshot:
     total_partitions: int
     partitions_done: int
     partitions: list[PartitionSnapshot]
+    # The job as a whole (vocabulary.JOB_PHASES) and for how long it has been in that phase;
+    # while it waits for parameters, the set's size in memory so far and (when generated)
+    # the share of the setup done. None from an engine too old to say.
+    phase: str | None = None
+    phase_secs: float | None = None
+    params_bytes: int | None = None
+    params_progress: float | None = None
 
 
 @dataclass(slots=True)
@@ -94,6 +118,8 @@ class AllocationSnapshot:
     in_use: int
     last_used_secs_ago: float
     evictable: bool
+    state_secs: float | None  # how long it has been in `state` (None: an older engine)
+    progress: float | None  # generating: the share of the setup done
 
 
 @dataclass(slots=True)
@@ -172,8 +198,9 @@ class EngineSnapshot:
             where = ("pipelines", i)
             parts = [PartitionSnapshot(*_values(PartitionSnapshot, pt, where + ("partitions", j)))
                      for j, pt in enumerate(_list(raw, "partitions", where))]
-            # the partitions are the last field
-            pipelines.append(PipelineSnapshot(*_values(PipelineSnapshot, raw, where) + (parts,)))
+            names, _ = _plain_fields(PipelineSnapshot)
+            pipelines.append(PipelineSnapshot(
+                partitions=parts, **dict(zip(names, _values(PipelineSnapshot, raw, where)))))
         by_kind = _object(d.get("allocations"), ("allocations",))
         seq, version, uptime_secs, accepting = _values(EngineSnapshot, d, ())
         return cls(
@@ -209,6 +236,12 @@ def _as_dict(obj: object) -> dict[str, Any]:
     return dict(zip(names, get(obj)))
 
 
+# Fields an older engine did not send: read as None when absent.
+_OPTIONAL = {
+    PipelineSnapshot: ("phase", "phase_secs", "params_bytes", "params_progress"),
+    AllocationSnapshot: ("state_secs", "progress"),
+}
+
 # Fields read from JSON as they are; the others are built from nested JSON by from_json.
 _NESTED = {
     PipelineSnapshot: ("partitions",),
@@ -220,8 +253,8 @@ _NESTED = {
 @functools.cache
 def _plain_fields(cls: type) -> tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple]]:
     """A snapshot class's plain fields in order, and a getter of their values from a dict
-    (every class has at least two, so the getter returns a tuple). The nested fields come
-    last (PipelineSnapshot) or by keyword (EngineSnapshot)."""
+    (every class has at least two, so the getter returns a tuple). The nested fields are
+    passed by keyword."""
     names: tuple[str, ...] = getattr(cls, "_fields", ()) or tuple(f.name for f in fields(cls))
     plain = tuple(n for n in names if n not in _NESTED.get(cls, ()))
     return plain, itemgetter(*plain)
@@ -257,8 +290,11 @@ def _values(cls: type, raw: object, where: tuple[str | int, ...]) -> Any:
     try:
         return get(d)
     except KeyError:
-        missing = ", ".join(n for n in plain if n not in d)
-        raise SnapshotFormatError(f"{_path(where)}: missing {missing}") from None
+        optional = _OPTIONAL.get(cls, ())
+        missing = ", ".join(n for n in plain if n not in d and n not in optional)
+        if missing:
+            raise SnapshotFormatError(f"{_path(where)}: missing {missing}") from None
+        return tuple(d.get(n) for n in plain)
 
 
 def snapshot_violations(snap: EngineSnapshot) -> list[str]:
@@ -274,6 +310,7 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
         elif w.current_job is not None or w.current_partition is not None or w.busy_secs is not None:
             bad.append(f"idle worker {w.worker_id} still names {w.current_job}/{w.current_partition}")
     counts = dict.fromkeys(PARTITION_PHASES, 0)
+    generating = {a.circuit_id for a in snap.allocations.get("srs", ()) if a.state == "generating"}
     seen: set[tuple[str, int]] = set()
     queued = 0
     for p in snap.pipelines:
@@ -303,6 +340,8 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
             bad.append(f"{p.job_id}: {p.status} with settled-bad partitions {states}")
         if p.status == "failed" and not p.error:
             bad.append(f"{p.job_id}: failed without a reason")
+        if p.phase is not None:
+            bad.extend(_phase_violations(p, states, generating))
     for key, ws in holders.items():
         if key not in seen:
             bad.append(f"workers {ws} prove {key[0]}/{key[1]} which is not in gpu")
@@ -325,4 +364,21 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
             bad.append(f"counters.{name} {total} != sum by kind {by_kind}")
     if c.queue_depth != queued:
         bad.append(f"queue_depth {c.queue_depth} != queued pipelines {queued}")
+    return bad
+
+
+def _phase_violations(p: PipelineSnapshot, states: list[str], generating: set[str]) -> list[str]:
+    """Where a pipeline's phase contradicts its status, its partitions or the SRS list."""
+    if p.phase not in _PHASES_OF_STATUS.get(p.status, ()):
+        return [f"{p.job_id}: phase {p.phase} with status {p.status}"]
+    bad = []
+    if p.phase in PARAMETER_PHASES and any(s != "pending" for s in states):
+        bad.append(f"{p.job_id}: {p.phase} with partitions {states}")
+    if (p.phase == "generating_parameters") != (p.circuit_id in generating) and \
+            p.phase in PARAMETER_PHASES:
+        bad.append(f"{p.job_id}: {p.phase} but the SRS list says {p.circuit_id} is "
+                   f"{'' if p.circuit_id in generating else 'not '}being generated")
+    unsettled = any(s not in SETTLED_PHASES for s in states)
+    if p.status in ("failed", "cancelled") and unsettled != (p.phase in _UNSETTLED_PHASES):
+        bad.append(f"{p.job_id}: phase {p.phase} with partitions {states}")
     return bad

@@ -23,7 +23,8 @@ class Stages:
     prove_start: Callable[..., Any]  # (synth, params, backend) -> pending
     prove_finish: Callable[[Any, Any], bytes]
     verify: Callable[[Any, list[int], bytes], bool]  # (vk, public_inputs, proof)
-    ensure_parameters: Callable[[Path, str, str], None]
+    # (param_cache, kind, profile, progress=None): progress(done, total) while a setup runs
+    ensure_parameters: Callable[..., None]
     load_parameters: Callable[[Path, str], Any]
     parameters_file_bytes: Callable[[Path, str], int]
     circuit_id: Callable[[str, str], str]

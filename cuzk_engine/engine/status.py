@@ -42,6 +42,7 @@ from cuzk_engine.engine.snapshot import (
 )
 from cuzk_engine.errors import StatusTransitionError
 from cuzk_engine.vocabulary import (
+    PARAMETER_PHASES,
     PARTITION_PHASES,
     SETTLED_PHASES,
     TERMINAL_STATUSES,
@@ -82,9 +83,11 @@ class _Worker(NamedTuple):
 class _Srs(NamedTuple):
     circuit_id: str
     bytes: int
-    state: str  # "loading" | "loaded"
+    state: str  # vocabulary.SRS_STATES
     in_use: int
     last_used: float
+    since: float  # when it entered `state`
+    progress: float | None  # generating: the share of the setup done
 
 
 class JobRecord:
@@ -101,6 +104,7 @@ class JobRecord:
         "parts",
         "priority",
         "profile",
+        "ready",
         "request_id",
         "srs_load_ms",
         "started",
@@ -123,6 +127,7 @@ class JobRecord:
         self.started: float | None = None
         self.finished: float | None = None
         self.srs_load_ms: float | None = None
+        self.ready: float | None = None  # when its parameters were in hand
         self.parts: tuple[_Part, ...] = (_Part(),) * n
         self.version = 0  # bumped on every change, so readers can reuse an unchanged snapshot
 
@@ -186,6 +191,37 @@ def _render_partitions(job: JobRecord, version: int, parts: tuple[_Part, ...]) -
             timed.append((i, args, slot, since))
     return _RenderedJob(job, version, tuple(snaps), tuple(timed),
                         sum(1 for p in parts if p.state == "done"))
+
+
+def _with_timers(rendered: _RenderedJob, now: float) -> list[PartitionSnapshot]:
+    """The rendered partitions with each running phase's timer read at ``now``."""
+    shown = list(rendered.partitions)
+    for index, args, slot, since in rendered.timed:
+        fresh = list(args)
+        fresh[slot] = round((now - since) * 1000.0, 3)
+        shown[index] = PartitionSnapshot(*fresh)
+    return cast("list[PartitionSnapshot]", shown)  # every running timer filled in
+
+
+def _job_phase(status: str, submitted: float, started: float | None, ready: float | None,
+               finished: float | None, parts: tuple[_Part, ...],
+               params: _Srs | None) -> tuple[str, float]:
+    """A job's phase (vocabulary.JOB_PHASES) and since when it has been in it."""
+    if status == "queued":
+        return "queued", submitted
+    if status == "running":
+        assert started is not None, "a running job has started"
+        if ready is not None:
+            return "running", ready
+        # Without its parameters yet: generating them (first use) or reading them, also when
+        # another job's load of the same set is what it waits for.
+        if params is not None and params.state == "generating":
+            return "generating_parameters", params.since
+        return "loading_parameters", params.since if params is not None else started
+    assert finished is not None, "an ended job has finished"
+    if status != "done" and any(p.state not in SETTLED_PHASES for p in parts):
+        return ("cancelling" if status == "cancelled" else "failing"), finished
+    return status, finished
 
 
 MemoryReader = Callable[[], tuple[int, int]]
@@ -357,9 +393,12 @@ class StatusTracker:
         self._notify(ls)
 
     def srs_loaded_for(self, job_id: str, ms: float) -> None:
+        """The job has its parameters (``ms``: what loading them took, 0 if resident): it
+        leaves its parameter phase."""
         with self._lock:
             job = self._job(job_id)
             job.srs_load_ms = round(ms, 3)
+            job.ready = self._clock()
             job.version += 1
             ls = self._changed()
         self._notify(ls)
@@ -402,7 +441,10 @@ class StatusTracker:
             job = self._job(job_id)
             if job.terminal:
                 return False
-            self._set_partition(job, index, "synthesizing", synth_start=self._clock())
+            now = self._clock()
+            if job.ready is None:  # a partition synthesizes: the job has its parameters
+                job.ready = now
+            self._set_partition(job, index, "synthesizing", synth_start=now)
             ls = self._changed()
         self._notify(ls)
         return True
@@ -501,9 +543,14 @@ class StatusTracker:
 
     # ------------------------------------------------------------------ SRS allocations
 
-    def srs_update(self, circuit_id: str, nbytes: int, state: str, in_use: int) -> None:
+    def srs_update(self, circuit_id: str, nbytes: int, state: str, in_use: int,
+                   progress: float | None = None) -> None:
         with self._lock:
-            self._srs[circuit_id] = _Srs(circuit_id, nbytes, state, in_use, self._clock())
+            now = self._clock()
+            old = self._srs.get(circuit_id)
+            since = old.since if old is not None and old.state == state else now
+            self._srs[circuit_id] = _Srs(circuit_id, nbytes, state, in_use, now, since,
+                                         None if progress is None else round(progress, 4))
             ls = self._changed()
         self._notify(ls)
 
@@ -542,8 +589,8 @@ class StatusTracker:
             self._gc(now)
             seq = self._seq
             # only references and scalars here: the snapshot objects are built after release
-            jobs = [(j, j.version, j.status, j.error, j.started, j.srs_load_ms, j.parts)
-                    for j in self._jobs.values()]
+            jobs = [(j, j.version, j.status, j.error, j.started, j.srs_load_ms, j.ready,
+                     j.finished, j.parts) for j in self._jobs.values()]
             workers = tuple(self._workers)
             counts = dict(self._phase_counts)
             done, failed, cancelled = (dict(self._done_by_kind), dict(self._failed_by_kind),
@@ -567,22 +614,24 @@ class StatusTracker:
         old_cache = self._pipe_cache
         cache: dict[str, _RenderedJob] = {}
         pipelines = []
-        for job, version, status, error, started, srs_ms, parts in jobs:
+        srs_by_circuit = {s.circuit_id: s for s in srs}
+        for job, version, status, error, started, srs_ms, ready, finished, parts in jobs:
             rendered = old_cache.get(job.job_id)
             if rendered is None or rendered.job is not job or rendered.version != version:
                 rendered = _render_partitions(job, version, parts)
             cache[job.job_id] = rendered
-            psnaps = list(rendered.partitions)
-            for index, args, slot, since in rendered.timed:
-                fresh = list(args)
-                fresh[slot] = round((now - since) * 1000.0, 3)
-                psnaps[index] = PartitionSnapshot(*fresh)
+            psnaps = _with_timers(rendered, now)
             submitted = job.submitted
+            params = srs_by_circuit.get(job.circuit_id)
+            phase, since = _job_phase(status, submitted, started, ready, finished, parts, params)
+            waited_for = params if phase in PARAMETER_PHASES else None
             pipelines.append(PipelineSnapshot(
                 job.job_id, job.request_id, job.kind, job.kind, job.profile, job.circuit_id,
                 job.priority, status, error, round(now - submitted, 3),
-                _ms(submitted, started, now), srs_ms, len(parts), rendered.done,
-                cast("list[PartitionSnapshot]", psnaps),  # every running timer filled in
+                _ms(submitted, started, now), srs_ms, len(parts), rendered.done, psnaps,
+                phase, round(now - since, 3),
+                None if waited_for is None else waited_for.bytes,
+                None if waited_for is None else waited_for.progress,
             ))
         self._pipe_cache = cache
         wsnaps = [
@@ -603,7 +652,8 @@ class StatusTracker:
             "srs": [
                 AllocationSnapshot(s.circuit_id, s.bytes, s.state, s.in_use,
                                    round(now - s.last_used, 3),
-                                   s.state == "loaded" and s.in_use == 0)
+                                   s.state == "loaded" and s.in_use == 0,
+                                   round(now - s.since, 3), s.progress)
                 for s in srs
             ],
             "pce": [],
@@ -626,6 +676,14 @@ class StatusTracker:
             buffers=BuffersSnapshot(counts["synthesizing"], counts["synth_done"], counts["gpu"],
                                     counts["finalizing"]),
         )
+
+    def partitions_of(self, job: JobRecord) -> list[PartitionSnapshot]:
+        """A job's partitions as a snapshot would show them now (its result carries them, so
+        a reader of a finished job sees every partition's final state and times)."""
+        with self._lock:
+            now = self._clock()
+            parts = job.parts
+        return _with_timers(_render_partitions(job, job.version, parts), now)
 
     def busy_fraction(self) -> dict[int, float]:
         """Per-worker share of uptime spent holding a device step."""

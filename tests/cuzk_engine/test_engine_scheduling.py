@@ -16,9 +16,14 @@ import pytest
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.orchestrator import Engine
-from cuzk_engine.engine.snapshot import snapshot_violations
+from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.stages import Stages
-from cuzk_engine.errors import EngineNotAccepting, InvalidRequest, RequestConflict
+from cuzk_engine.errors import (
+    EngineNotAccepting,
+    InvalidRequest,
+    ParameterFileError,
+    RequestConflict,
+)
 from tests.cuzk_engine.conftest import snapshot_when
 
 PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
@@ -64,9 +69,13 @@ def _digest(cid, public_inputs):
 class StandInStages:
     """Fast in-process stand-ins for the prover stages (scheduling tests only)."""
 
-    def __init__(self, delay=0.0, finish_gate=None):
+    def __init__(self, delay=0.0, finish_gate=None, start_gate=None, param_gate=None,
+                 missing=()):
         self.delay = delay  # how long synthesis and prove_start work: the sleeps below
         self.finish_gate = finish_gate
+        self.start_gate = start_gate  # holds prove_start (a partition on the device)
+        self.param_gate = param_gate  # holds parameter generation and loading
+        self.missing = set(missing)  # circuits whose parameters must be generated first
         self.events = []
         self.lock = threading.Lock()
         self.loads = 0
@@ -83,6 +92,8 @@ class StandInStages:
 
     def prove_start(self, synth, params, backend):
         self.log("start", synth.seed, synth.partition)
+        if self.start_gate is not None:
+            self.start_gate.wait(5)
         time.sleep(self.delay)
         if synth.seed == FAIL_DEVICE_SEED and synth.partition == 2:
             raise RuntimeError("injected device failure")
@@ -97,7 +108,23 @@ class StandInStages:
     def verify(self, vk, public_inputs, proof):
         return proof == _digest(vk.cid, public_inputs)
 
+    def ensure(self, cache, kind, profile, progress=None):
+        cid = f"{kind}.{profile}"
+        if cid in self.missing:
+            if progress is not None:
+                progress(1, 2)
+            if self.param_gate is not None:
+                self.param_gate.wait(5)
+            self.missing.discard(cid)
+
+    def file_bytes(self, cache, cid):
+        if cid in self.missing:
+            raise ParameterFileError(f"{cid}.params: missing")
+        return 4000
+
     def load(self, cache, cid):
+        if self.param_gate is not None:
+            self.param_gate.wait(5)
         self.loads += 1
         return StandInParams(cid, StandInVK(cid))
 
@@ -105,8 +132,8 @@ class StandInStages:
         return Stages(
             synthesize=self.synthesize, prove_start=self.prove_start,
             prove_finish=self.prove_finish, verify=self.verify,
-            ensure_parameters=lambda cache, kind, profile: None,
-            load_parameters=self.load, parameters_file_bytes=lambda cache, cid: 4000,
+            ensure_parameters=self.ensure,
+            load_parameters=self.load, parameters_file_bytes=self.file_bytes,
             circuit_id=lambda kind, profile: f"{kind}.{profile}",
             partition_count=lambda kind, profile: PARTS[kind],
             working_set_bytes=lambda kind, profile: WORKING_SET,
@@ -237,7 +264,7 @@ async def test_a_jobs_result_and_its_pipeline_read_one_record_on_one_clock():
     engine = await started(make_config(), StandInStages())
     job = engine.submit("porep-c2", "tiny", 1)[0]
     await finish(engine, [job])
-    result = job.result()
+    result = engine.result(job)
     pipeline = engine.snapshot().pipelines[0]
     assert (result["status"], result["error"]) == (pipeline.status, pipeline.error) == (
         "done", None)
@@ -248,7 +275,9 @@ async def test_a_jobs_result_and_its_pipeline_read_one_record_on_one_clock():
     assert set(result) == {
         "job_id", "request_id", "kind", "profile", "seed", "priority", "circuit_id",
         "partitions", "status", "cancelled_by", "submitted_at", "timings", "proof",
-        "public_inputs", "vk", "verified", "error"}
+        "public_inputs", "vk", "verified", "error", "settled", "partition_states"}
+    assert result["settled"] is True
+    assert result["partition_states"] == [p._asdict() for p in pipeline.partitions]
     await engine.stop()
 
 
@@ -479,4 +508,82 @@ async def test_randomized_load_with_cancels_keeps_every_invariant():
     assert c.total_completed + c.total_failed + c.total_cancelled == len(jobs)
     assert c.total_completed == sum(j.status == "done" for j in jobs)
     assert_clean(engine)
+    await engine.stop()
+
+
+# ---------------------------------------------------------------------- job phases
+
+
+def pipeline_of(snap, job):
+    return next(p for p in snap.pipelines if p.job_id == job.job_id)
+
+
+async def test_a_job_cancelled_on_the_device_is_cancelling_until_the_device_lets_go():
+    gate = threading.Event()
+    engine = await started(make_config(workers=1, synth=1), StandInStages(start_gate=gate))
+    job, _, _ = engine.submit("porep-c2", "tiny", 1)
+    await snapshot_when(engine, lambda s: any(p.state == "gpu" for p in s.pipelines[0].partitions),
+                        "a partition on the device")
+    answer = engine.result(engine.cancel(job.job_id))
+    # the cancel's answer: cancelled, no proof, not verified, one partition still on the device
+    assert (answer["status"], answer["proof"], answer["verified"]) == ("cancelled", None, None)
+    assert answer["settled"] is False
+    assert [p["state"] for p in answer["partition_states"]].count("gpu") == 1
+    snap = engine.snapshot()
+    assert pipeline_of(snap, job).phase == "cancelling"
+    assert snap.gpu_workers[0].state == "proving"
+    assert snapshot_violations(snap) == []
+    waiting = asyncio.create_task(engine.wait(job.job_id, 5))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a long-poll for the result waits for the device to let go
+    gate.set()
+    final = engine.result(await waiting)
+    assert final["settled"] is True and final["verified"] is None
+    assert {p["state"] for p in final["partition_states"]} == {"cancelled"}
+    snap = engine.snapshot()
+    pipeline = pipeline_of(snap, job)
+    assert pipeline.phase == "cancelled"
+    assert [p.state for p in pipeline.partitions] == [p["state"] for p in final["partition_states"]]
+    assert all(w.state == "idle" for w in snap.gpu_workers)
+    assert snapshot_violations(snap) == []
+    await engine.stop()
+
+
+async def test_jobs_waiting_for_parameters_say_generating_or_loading_with_progress():
+    gate = threading.Event()
+    si = StandInStages(param_gate=gate, missing={"winning-post.tiny"})
+    engine = await started(make_config(), si)
+    first = engine.submit("winning-post", "tiny", 1)[0]
+    second = engine.submit("window-post", "tiny", 1)[0]  # present on disk: loaded, not generated
+    snap = await snapshot_when(engine, lambda s: [p.phase for p in s.pipelines] == [
+        "generating_parameters", "queued"], "the first job generating its parameters")
+    allocation, = snap.allocations["srs"]
+    assert (allocation.circuit_id, allocation.state, allocation.progress) == (
+        "winning-post.tiny", "generating", 0.5)
+    assert pipeline_of(snap, first).params_progress == 0.5
+    assert all(p.phase_secs is not None and p.phase_secs >= 0 for p in snap.pipelines)
+    assert snapshot_violations(snap) == []
+    # the JSON carries the phase and reads back the same
+    assert EngineSnapshot.from_json(snap.to_json()).pipelines[0].phase == "generating_parameters"
+    # an older engine's snapshot, without the phase fields, still reads (as unknown)
+    old = snap.to_json()
+    for key in ("phase", "phase_secs", "params_bytes", "params_progress"):
+        del old["pipelines"][0][key]
+    assert EngineSnapshot.from_json(old).pipelines[0].phase is None
+    gate.set()
+    await finish(engine, [first, second])
+    snap = engine.snapshot()
+    assert [p.phase for p in snap.pipelines] == ["done", "done"]
+    assert {a.state for a in snap.allocations["srs"]} == {"loaded"}
+    await engine.stop()
+
+    gate.clear()
+    engine = await started(make_config(), StandInStages(param_gate=gate))
+    job = engine.submit("window-post", "tiny", 1)[0]
+    snap = await snapshot_when(engine, lambda s: s.pipelines[0].phase == "loading_parameters",
+                               "the job loading its parameters")
+    assert pipeline_of(snap, job).params_progress is None
+    assert snapshot_violations(snap) == []
+    gate.set()
+    await finish(engine, [job])
     await engine.stop()

@@ -385,6 +385,7 @@ class Model:
         self.n_workers = n_workers
         self.jobs = {}  # job -> n partitions
         self.status = {}
+        self.ready = set()  # jobs with their parameters in hand
         self.state = {}  # (job, i) -> phase, as the engine believes
         self.free_workers = list(range(n_workers))
         self.held = {}  # worker -> (token, job, i)
@@ -417,6 +418,17 @@ class Model:
                 if key[0] == jid and st in ("pending", "synth_done"):
                     self.state[key] = "cancelled"
 
+    def phase(self, jid):
+        """The job's phase as the model knows it."""
+        st = self.status[jid]
+        if st == "running":
+            return "running" if jid in self.ready else "loading_parameters"
+        unsettled = any(self.state[(jid, i)] not in SETTLED_PHASES
+                        for i in range(self.jobs[jid]))
+        if st in ("failed", "cancelled") and unsettled:
+            return {"failed": "failing", "cancelled": "cancelling"}[st]
+        return st
+
     def candidates(self, phase):
         return [k for k, s in self.state.items() if s == phase]
 
@@ -432,12 +444,16 @@ class Model:
                 j = self.rng.choice(queued)
                 self.t.job_started(j)
                 self.status[j] = "running"
+                if self.rng.random() < 0.5:  # else its first synthesis says it has them
+                    self.t.srs_loaded_for(j, 1.0)
+                    self.ready.add(j)
         elif r < 0.30:
             c = [k for k in self.candidates("pending") if self.status[k[0]] == "running"]
             if c:
                 k = self.rng.choice(c)
                 assert self.t.synth_start(*k)
                 self.state[k] = "synthesizing"
+                self.ready.add(k[0])
         elif r < 0.45:
             c = self.candidates("synthesizing")
             if c:
@@ -510,6 +526,7 @@ class Model:
                 assert shown[jid].status == st
                 for pt in shown[jid].partitions:
                     assert pt.state == self.state[(jid, pt.index)]
+                assert shown[jid].phase == self.phase(jid)
             else:
                 # only settled terminal jobs may leave the list
                 assert st in ("done", "failed", "cancelled")
@@ -537,3 +554,61 @@ def test_randomized_schedules_keep_every_invariant(seed):
     while m.snapshots < 6000:  # x2 seeds: 12,000 checked snapshots
         m.step()
     assert m.terminal["done"] > 10 and m.terminal["failed"] > 0 and m.terminal["cancelled"] > 0
+
+
+# ---------------------------------------------------------------------- job phases
+
+
+def test_a_job_waiting_for_its_parameters_says_which_and_since_when():
+    clock = FakeClock()
+    t = tracker(clock=clock)
+    t.register_job("A", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=2)
+    assert t.snapshot().pipelines[0].phase == "queued"
+    t.job_started("A")
+    clock.t += 1
+    t.srs_update("porep-c2.tiny", 0, "generating", 1, progress=0.25)
+    clock.t += 2
+    t.srs_update("porep-c2.tiny", 0, "generating", 1, progress=0.5)  # same state: same since
+    snap = t.snapshot()
+    p = snap.pipelines[0]
+    assert (p.phase, p.phase_secs, p.params_progress) == ("generating_parameters", 2.0, 0.5)
+    assert snap.allocations["srs"][0].state_secs == 2.0
+    assert snapshot_violations(snap) == []
+    # a page that showed "generating" while the SRS list says loading contradicts the engine
+    t.srs_update("porep-c2.tiny", 4000, "loading", 1)
+    snap = t.snapshot()
+    assert (snap.pipelines[0].phase, snap.pipelines[0].params_bytes) == ("loading_parameters", 4000)
+    lying = dataclasses.replace(snap, pipelines=[
+        dataclasses.replace(snap.pipelines[0], phase="generating_parameters")])
+    assert any("generating" in v for v in snapshot_violations(lying))
+    t.srs_loaded_for("A", 3000.0)
+    clock.t += 1
+    p = t.snapshot().pipelines[0]
+    assert (p.phase, p.phase_secs, p.params_bytes) == ("running", 1.0, None)
+
+
+def test_a_cancelled_job_is_cancelling_while_a_partition_is_on_a_device():
+    t = tracker()
+    t.register_job("A", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="normal", partitions=3)
+    t.job_started("A")
+    ready(t, "A", 0)
+    ready(t, "A", 1)
+    token = t.worker_pickup(0, "A", 0)
+    t.job_cancelled("A")
+    snap = t.snapshot()
+    assert snap.pipelines[0].phase == "cancelling"
+    assert [pt.state for pt in snap.pipelines[0].partitions] == ["gpu", "cancelled", "cancelled"]
+    assert worker(snap, 0).state == "proving"
+    assert snapshot_violations(snap) == []
+    # a cancelled job shown as settled while its partition is still on the device is a lie
+    lying = dataclasses.replace(snap, pipelines=[
+        dataclasses.replace(snap.pipelines[0], phase="cancelled")])
+    assert snapshot_violations(lying)
+    t.device_done(token)
+    snap = t.snapshot()
+    assert snap.pipelines[0].phase == "cancelled"
+    assert {pt.state for pt in snap.pipelines[0].partitions} == {"cancelled"}
+    assert worker(snap, 0).state == "idle"
+    assert snapshot_violations(snap) == []
