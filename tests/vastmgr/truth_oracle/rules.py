@@ -125,8 +125,8 @@ def partition_phases(state: EngineState, job: str, index: int) -> set[str] | Non
         return set()
     record = state.record(job)
     if record is not None and record.get("status") in TERMINAL_STATUSES:
-        partitions = record.get("partitions")
-        if isinstance(partitions, list):
+        partitions = _final_partitions(record)
+        if partitions is not None:
             return {p["state"] for p in partitions if p.get("index") == index}
         return {"done"} if record["status"] == "done" else set(SETTLED_PHASES)
     # Not on the engine (not dispatched yet, or lost by an engine restart): nothing in flight.
@@ -165,7 +165,15 @@ def settled(state: EngineState, job: str) -> bool:
         return pipeline["status"] in TERMINAL_STATUSES and not any(
             p["state"] in IN_FLIGHT_PHASES for p in pipeline["partitions"])
     record = state.record(job)
-    return record is not None and record.get("status") in TERMINAL_STATUSES
+    if record is None or record.get("status") not in TERMINAL_STATUSES:
+        return False
+    return not any(p["state"] in IN_FLIGHT_PHASES for p in _final_partitions(record) or ())
+
+
+def _final_partitions(record: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The partitions' states an ended job's record carries (None from an engine too old)."""
+    partitions = record.get("partition_states")
+    return partitions if isinstance(partitions, list) else None
 
 
 def host_figures(snapshot: Mapping[str, Any]) -> dict[str, int]:

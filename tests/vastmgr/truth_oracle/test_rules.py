@@ -111,6 +111,9 @@ def test_a_settled_job_shown_in_flight_is_caught():
     assert rules_broken(proof, states(gone, records=record)) == ["settled_job_in_flight"]
     proof["cells"] = [{"index": 1, "phase": "cancelled"}]
     assert rules_broken(proof, states(gone, records=record)) == []
+    # With the partitions' final states in the record, only the true one passes.
+    record[JOB]["partition_states"] = [partition(0, "done"), partition(1, "done")]
+    assert rules_broken(proof, states(gone, records=record)) == ["partition_phase"]
 
 
 def test_cancelling_is_not_cancelled_yet():
