@@ -8,6 +8,8 @@ from __future__ import annotations
 
 EXTRACT = r"""
 (arg) => {
+  const traceback = (document.body.textContent || "").includes("Traceback (most recent call last)");
+  const read = (view) => Object.assign(view, {traceback});
   const num = (text, re) => { const m = (text || "").match(re); return m ? parseFloat(m[1]) : null; };
   const phaseOf = (el, prefix) => {
     if (el.dataset.phase) return el.dataset.phase;
@@ -38,10 +40,10 @@ EXTRACT = r"""
     const wtext = workers ? workers.textContent : "";
     const waiting = row.querySelector(".waiting-jobs");
     const parts = row.querySelector(".waiting-parts");
-    return {kind: "fleet", page: "fleet row", stale: stale(row), figures: {
+    return read({kind: "fleet", page: "fleet row", stale: stale(row), figures: {
       busy_workers: num(wtext, /(\d+)\s*busy/), idle_workers: num(wtext, /(\d+)\s*idle/),
       waiting_jobs: waiting ? num(waiting.textContent, /(\d+)/) : null,
-      parts_ready: waiting ? (parts ? num(parts.textContent, /(\d+)/) : 0) : null}};
+      parts_ready: waiting ? (parts ? num(parts.textContent, /(\d+)/) : 0) : null}});
   }
   if (arg.kind === "host") {
     const panel = document.getElementById(`host-${arg.host}-panel`);
@@ -65,17 +67,17 @@ EXTRACT = r"""
               busy_total_s: num(text, /busy total\s*([\d.]+)\s*s/)};
     });
     const memText = memory ? (memory.querySelector("small") || memory).textContent : "";
-    return {kind: "host", page: "host panel", stale: stale(panel), pipelines, workers, figures: {
+    return read({kind: "host", page: "host panel", stale: stale(panel), pipelines, workers, figures: {
       synthesis_active: synth ? num(synth.textContent, /(\d+)\s*\//) : null,
       done: num(ctext, /(\d+)\s*done/), failed: num(ctext, /(\d+)\s*failed/),
       cancelled: num(ctext, /(\d+)\s*cancelled/),
       not_started: num(ctext, /\((\d+)\s*not started/),
-      memory_used: memText.includes("used") ? memText.split("used")[0] : null}};
+      memory_used: memText.includes("used") ? memText.split("used")[0] : null}});
   }
   const section = document.getElementById(`proof-${arg.job}`);
   if (!section) return {kind: "proof", page: "proof page", job: arg.job, missing: true};
   const status = document.getElementById(`proof-${arg.job}-status`);
-  return {kind: "proof", page: "proof page", job: arg.job, stale: stale(section),
-          phase: labelOf(status), cells: cellsIn(section)};
+  return read({kind: "proof", page: "proof page", job: arg.job, stale: stale(section),
+               phase: labelOf(status), cells: cellsIn(section)});
 }
 """

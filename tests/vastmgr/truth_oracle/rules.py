@@ -341,6 +341,8 @@ def judge(view: Mapping[str, Any], states: list[EngineState]) -> Verdict:
     """Every rule over one DOM extract. A view marked stale (the page labels its data as old)
     is judged only on that label."""
     verdict = Verdict()
+    verdict.check(not view.get("traceback"), "http", view["page"], "page text", "a traceback",
+                  lambda: "no traceback on any page")
     check_stale(view, states, verdict)
     if view.get("stale"):
         return verdict

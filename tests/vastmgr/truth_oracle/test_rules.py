@@ -196,6 +196,7 @@ def test_data_shown_as_live_while_the_engine_does_not_answer_is_caught():
 
 
 def test_a_5xx_or_a_traceback_is_caught():
+    assert rules_broken(host_view(traceback=True), states(snapshot(RUNNING))) == ["http"]
     assert check_response("/x", 500, "") is not None
     assert check_response("/x", 200, "Traceback (most recent call last):\n ...") is not None
     assert check_response("/x", 404, "<p>Not found</p>") is None
