@@ -7,6 +7,11 @@ and nothing older is allowed. The state in force when the window opens counts to
 polled before it). Running clocks are judged at the moment of the read: the page must tick them
 from the snapshot's time, so a shown busy time must match the engine's busy time extrapolated to
 the read, within CLOCK_TOLERANCE.
+
+The engine is polled, not streamed, so a state it held between two polls is never seen: a
+partition that went from pending to synth_done in 100 ms was synthesizing in between. What lies
+between two consecutive states is therefore allowed too: the phases between them in a partition's
+(or a job's) forward order, and the numbers between two consecutive values of a figure.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from cuzk_engine.vocabulary import IN_FLIGHT_PHASES, SETTLED_PHASES, TERMINAL_STATUSES
@@ -24,8 +30,9 @@ PUSH_LATENCY = 2.0
 CLOCK_TOLERANCE = 1.0
 # A job none of whose partitions reached these has not been touched by a device.
 STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
-# Job phases that the engine reports while partitions still let go after a cancel or failure.
-UNSETTLED_END_PHASES = frozenset({"cancelling", "failing"})
+# The forward orders a partition and a job move through (restarts aside).
+PARTITION_ORDER = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done")
+JOB_ORDER = ("queued", "generating_parameters", "loading_parameters", "running")
 # The dashboard's own states of a job the engine has not admitted yet.
 NOT_ON_ENGINE = frozenset({"queued", "dispatched"})
 
@@ -140,16 +147,16 @@ def job_labels(state: EngineState, job: str) -> set[str] | None:
     pipeline = state.pipeline(job)
     if pipeline is not None:
         status = pipeline["status"]
+        # The engine's phase when it reports one: "running" while parameters are generated,
+        # or "cancelled" while partitions still hold a device, is not what it said.
         phase = pipeline.get("phase") or status
-        labels = {phase, status}
-        if status == "queued":
+        labels = {phase}
+        if phase == "queued":
             labels |= NOT_ON_ENGINE
         partitions = [p["state"] for p in pipeline["partitions"]]
         if phase == "running" and not STARTED_PHASES.intersection(partitions) \
                 and "synth_done" in partitions:
             labels.add("waiting")  # synthesized partitions wait for a device
-        if phase in UNSETTLED_END_PHASES:
-            labels.discard(status)  # "cancelled" while partitions still hold a device: not yet
         return labels
     record = state.record(job)
     if record is not None:
@@ -225,16 +232,33 @@ def parse_size(text: str) -> tuple[float, float] | None:
 
 # ---- the rules -----------------------------------------------------------------------------------
 
-def _union(states: Iterable[EngineState], values: Callable[[EngineState], set | None]):
-    """Every value the states allow, and whether any state could be judged at all."""
+def _union(states: Iterable[EngineState], values: Callable[[EngineState], set | None],
+           order: tuple[str, ...] = ()):
+    """Every value the states allow, with what lies between two consecutive ones in `order`,
+    and whether any state could be judged at all."""
     allowed: set = set()
     judged = False
+    previous: set | None = None
     for state in states:
         got = values(state)
-        if got is not None:
-            judged = True
-            allowed |= got
+        if got is None:
+            continue
+        judged = True
+        allowed |= got
+        if previous is not None:
+            allowed |= _between(previous, got, order)
+        previous = got
     return allowed, judged
+
+
+def _between(before: set, after: set, order: tuple[str, ...]) -> set:
+    """The values of `order` strictly between a value in `before` and a later one in `after`."""
+    rank = {value: i for i, value in enumerate(order)}
+    found: set = set()
+    for a in before & rank.keys():
+        for b in after & rank.keys():
+            found.update(order[rank[a] + 1:rank[b]])
+    return found
 
 
 def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
@@ -243,7 +267,7 @@ def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
     for job, cells in _shown_jobs(view):
         for cell in cells:
             allowed, judged = _union(states, lambda s, j=job, c=cell: partition_phases(
-                s, j, c["index"]))
+                s, j, c["index"]), PARTITION_ORDER)
             if not judged:
                 continue
             rule = "partition_phase"
@@ -258,7 +282,7 @@ def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
 def check_job_phase(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
     """Waiting vs loading vs running: the job's label is a phase the engine reported."""
     for job, label in _shown_labels(view):
-        allowed, judged = _union(states, lambda s, j=job: job_labels(s, j))
+        allowed, judged = _union(states, lambda s, j=job: job_labels(s, j), JOB_ORDER)
         if judged and label is not None:
             verdict.check(label in allowed, "job_phase", view["page"], f"job {job}", label,
                           lambda a=allowed: sorted(a))
@@ -307,12 +331,19 @@ def check_figures(view: Mapping[str, Any], states: list[EngineState], verdict: V
                 continue
             value, tolerance = parsed
             values = [f["memory_used_bytes"] for f in engine]
-            verdict.check(any(abs(value - v) <= tolerance for v in values), "figures",
-                          view["page"], "memory used", shown, lambda v=values: sorted(set(v)))
+            verdict.check(_within(value, values, tolerance), "figures", view["page"],
+                          "memory used", shown, lambda v=values: sorted(set(v)))
             continue
         values = [f[name] for f in engine]
-        verdict.check(shown in values, "figures", view["page"], name, shown,
+        verdict.check(_within(shown, values), "figures", view["page"], name, shown,
                       lambda v=values: sorted(set(v)))
+
+
+def _within(shown: float, values: list, tolerance: float = 0.0) -> bool:
+    """`shown` is one of the consecutive `values`, or lies between two consecutive ones."""
+    pairs = list(pairwise(values)) if len(values) > 1 else [(values[0], values[0])]
+    return any(min(a, b) - tolerance <= shown <= max(a, b) + tolerance for a, b in pairs
+               if a is not None and b is not None)
 
 
 def check_stale(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:

@@ -200,3 +200,29 @@ def test_a_5xx_or_a_traceback_is_caught():
     assert check_response("/x", 500, "") is not None
     assert check_response("/x", 200, "Traceback (most recent call last):\n ...") is not None
     assert check_response("/x", 404, "<p>Not found</p>") is None
+
+
+def test_what_the_engine_passed_through_between_two_polls_is_allowed_and_nothing_else():
+    before = snapshot(["pending", "synth_done", "gpu"], workers=[])
+    after = snapshot(["synth_done", "gpu", "done"], workers=[])
+    for cells, broken in ((["synthesizing", "gpu", "finalizing"], []),
+                          (["gpu", "synth_done", "gpu"], ["partition_phase"]),
+                          (["pending", "pending", "gpu"], ["partition_phase"])):
+        view = host_view(cells=cells, workers=[], figures={})
+        assert rules_broken(view, states(before, after)) == broken, cells
+    fleet = {"kind": "fleet", "page": "fleet row", "stale": False, "read_at": T,
+             "figures": {"parts_ready": 3}}
+    few, many = snapshot(["synth_done"] * 1, workers=[]), snapshot(["synth_done"] * 5, workers=[])
+    assert rules_broken(fleet, states(few, many)) == []
+    fleet["figures"]["parts_ready"] = 6
+    assert rules_broken(fleet, states(few, many)) == ["figures"]
+
+
+def test_running_while_the_engine_generates_parameters_is_caught():
+    generating = snapshot(["pending"] * 2, phase="generating_parameters", workers=[])
+    view = host_view(cells=["pending"] * 2, label="running", workers=[], figures={})
+    assert rules_broken(view, states(generating)) == ["job_phase"]
+    # Loading between two polls that saw generating, then running: passed through.
+    running = snapshot(["synthesizing"] * 2, workers=[])
+    view = host_view(cells=["pending"] * 2, label="loading_parameters", workers=[], figures={})
+    assert rules_broken(view, states(generating, running)) == []

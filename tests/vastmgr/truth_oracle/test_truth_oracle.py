@@ -174,6 +174,8 @@ class Operator:
         self.focus(first)
         yield ("parameters generated on first use", lambda: self.saw_phase(
             "generating_parameters") or self.engine_status(first) in TERMINAL_STATUSES, 60)
+        if self.saw_phase("generating_parameters"):
+            self.event("the engine generating parameters on first use")
         snap = self.submit("snap-update", "tiny", 2)
         self.focus(snap)
         assert snap is not None
@@ -261,8 +263,8 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
             print("\n" + summary.text())
             context.close()
     events = " ".join(summary.events)
-    for needed in ("cancelled", "retried", "backlog", "killed the engine", "answers again",
-                   "winning-post/small"):
+    for needed in ("generating parameters", "cancelled", "retried", "backlog",
+                   "killed the engine", "answers again", "winning-post/small"):
         assert needed in events, f"the scenario did not get to: {needed}\n{summary.text()}"
     assert "gave up" not in events and "stopped" not in events, summary.text()
     assert not summary.violations, summary.text()
