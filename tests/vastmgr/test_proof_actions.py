@@ -140,16 +140,25 @@ def test_progress_and_eta_come_from_partition_counts_and_the_recent_pace():
     assert 119 <= summary["eta_seconds"] <= 121
     html = render_proof(job)
     assert "<b>25%</b> (4 of 16 partitions done)" in html
-    assert re.search(r"about <b>1(19|20|21) s</b> left at the recent pace <small class=\"muted\">"
+    # the ETA counts down in the browser from the moment it was estimated
+    assert re.search(r'about <b class="eta"><span class="tick" data-tick-base="1(19|20|21)\.000" '
+                     r'data-tick-age="0.000" data-tick-digits="0" data-tick-down="1">1(19|20|21) s'
+                     r'</span></b> left at the recent pace <small class="muted">'
                      r"\(estimated at \d\d:\d\d:\d\d\)", html)
     job.progress = {"partitions": [{"index": i, "state": "gpu"} for i in range(16)]}
     assert job.progress_summary()["eta_seconds"] is None  # no pace measured, no history
+    assert 'time left: <span class="eta">estimating</span>' in render_proof(job)
     end = timezone.now()
+    # one earlier run (which may have generated its parameters) is no estimate yet
+    ProofJob.objects.create(kind="snap-update", seed=2, status=ProofJob.Status.DONE,
+                            started_at=end - timezone.timedelta(seconds=600), finished_at=end)
+    assert job.progress_summary()["eta_seconds"] is None
     for took in (50, 60, 70):
         ProofJob.objects.create(kind="snap-update", seed=2, status=ProofJob.Status.DONE,
                                 started_at=end - timezone.timedelta(seconds=took), finished_at=end)
-    # before its first partition: the median of recent jobs (60 s) minus the 40 s already spent
-    assert 19 <= job.progress_summary()["eta_seconds"] <= 21
+    # before its first partition: the median of recent jobs (65 s of 50, 60, 70, 600) minus
+    # the 40 s already spent
+    assert 24 <= job.progress_summary()["eta_seconds"] <= 26
 
 
 @pytest.mark.django_db(transaction=True)

@@ -31,7 +31,13 @@ from vastmgr.fleet.partial_snapshot import (
     pending_handles,
 )
 from vastmgr.proofs.models import ProofJob
-from vastmgr.proofs.progress import JobProgress, pipeline_phase
+from vastmgr.proofs.progress import (
+    NOT_STARTED,
+    PHASE_LABELS,
+    PHASE_TITLES,
+    JobProgress,
+    pipeline_phase,
+)
 
 from .controller.liveness import LIVE, OFFLINE, connection_state
 
@@ -81,6 +87,18 @@ class HostView:
             return None if self.last_seen_ts is None else max(0.0, self.now - self.last_seen_ts)
         return max(0.0, self.now - taken.timestamp())
 
+    @property
+    def snapshot_at(self) -> float | None:
+        """When the shown snapshot was taken (the controller's receipt, seconds since the
+        epoch); what `data-snapshot-at` says."""
+        taken = self.status.snapshot_at if self.status else None
+        return None if taken is None else taken.timestamp()
+
+    @property
+    def stale(self) -> bool:
+        """Data is shown but the engine is not live: every value is as old as the snapshot."""
+        return bool(self.snapshot) and self.connection != LIVE
+
     def aged(self, seconds_ago: float | None) -> float | None:
         """A snapshot's "N s ago" made current: add the snapshot's own age."""
         if seconds_ago is None:
@@ -121,8 +139,7 @@ class HostView:
         no pipelines at all (an upstream daemon may not): unknown, not zero."""
         if "pipelines" not in self.snapshot:
             return None
-        return sum(1 for p in self.snapshot["pipelines"]
-                   if pipeline_phase(p) in ("queued", "waiting"))
+        return sum(1 for p in self.snapshot["pipelines"] if pipeline_phase(p) in NOT_STARTED)
 
     @property
     def partitions_waiting(self) -> int | float:
@@ -299,9 +316,13 @@ def pipeline_rows(snapshot: PartialSnapshot) -> list[dict]:
     rows = []
     for pipeline in snapshot.get("pipelines", []):
         progress = JobProgress.from_json(pipeline)
+        shown = progress.phase
         rows.append({
             **pipeline,
-            "phase": progress.phase,
+            "phase": shown,
+            "engine_phase": pipeline.get("phase"),
+            "label": PHASE_LABELS.get(shown or "", shown),
+            "title": PHASE_TITLES.get(shown or "", ""),
             "synthesized": progress.count("synth_done"),
             "job_short": (pipeline.get("request_id") or pipeline.get("job_id") or "")[:16],
             "cells": progress.cells(),

@@ -57,6 +57,11 @@ class PartialPipeline(TypedDict, total=False):
     total_partitions: Number
     partitions_done: Number
     partitions: list[PartialPartition]
+    circuit_id: str
+    phase: str | None  # vocabulary.JOB_PHASES (our engine only)
+    phase_secs: Number | None
+    params_bytes: Number | None
+    params_progress: Number | None
 
 
 class PartialWorker(TypedDict, total=False):
@@ -76,6 +81,8 @@ class PartialAllocation(TypedDict, total=False):
     in_use: Number
     last_used_secs_ago: Number
     evictable: bool
+    state_secs: Number | None
+    progress: Number | None
 
 
 class PartialAllocations(TypedDict, total=False):

@@ -3,14 +3,16 @@ the polling fallback and the controller's websocket pushes alike."""
 
 from __future__ import annotations
 
+import time
+
 from django.template.loader import render_to_string
 from django.urls import reverse
 
 from cuzk_engine.groth16 import PROOF_BYTES
 from cuzk_engine.vocabulary import PARTITION_PHASES
-from vastmgr.fleet.fragments import fleet_group, host_group, render_toast
+from vastmgr.fleet.fragments import fleet_group, host_group, load_hosts, render_toast
 
-from .models import ProofJob
+from .models import ETA_MIN_RUNS, ProofJob
 from .progress import JobProgress, partition_title
 
 # The partition legend, in the order a partition lives through them.
@@ -69,11 +71,35 @@ def gantt(progress: JobProgress) -> dict:
     return {"bars": bars, "total_ms": round(end)}
 
 
-def proof_context(job: ProofJob) -> dict:
+# Engine timings as the page labels them: which are sums over partitions, which spans.
+TIMING_LABELS = {
+    "queue_ms": "waiting in the engine's queue",
+    "srs_load_ms": "loading or generating parameters",
+    "synthesis_ms": "synthesis, summed over partitions",
+    "gpu_ms": "on a device, summed over partitions (with waits for the device lock)",
+    "finalize_ms": "finalizing, summed over partitions",
+    "total_ms": "submission to end on the engine (wall clock)",
+}
+
+
+def timing_rows(timings: dict) -> list[dict]:
+    return [{"key": key, "label": TIMING_LABELS.get(key, key), "ms": value}
+            for key, value in timings.items()]
+
+
+def proof_context(job: ProofJob, now: float | None = None) -> dict:
     proof = bytes(job.proof) if job.proof else b""
     progress = job.engine_progress
+    now = now or time.time()
+    host = None
+    if job.machine_id is not None and not job.is_final:
+        host = next(iter(load_hosts(now, [job.machine_id])), None)
     return {
         "job": job,
+        "host": host,
+        "engine_progress": progress,
+        "progress_age": None if progress.as_of is None else max(now - progress.as_of, 0.0),
+        "timing_rows": timing_rows(job.timings or {}),
         "status_id": f"proof-{job.pk}-status",
         "cells": progress.cells(),
         "done": progress.count("done"),
@@ -82,6 +108,7 @@ def proof_context(job: ProofJob) -> dict:
         "proof_chunks": [proof[i:i + PROOF_BYTES].hex() for i in range(0, len(proof), PROOF_BYTES)],
         "proof_len": len(proof),
         "progress": job.progress_summary(),
+        "eta_min_runs": ETA_MIN_RUNS,
     }
 
 

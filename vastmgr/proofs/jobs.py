@@ -8,10 +8,12 @@ than counted twice.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, fields
 
 from django.db import transaction
+from django.db.models import Q
 
 from cuzk_engine.engine.snapshot import PipelineSnapshot
 from cuzk_engine.vocabulary import PRIORITY_RANK, UNFINISHED_STATUSES
@@ -55,8 +57,6 @@ def fail(job_id, error: str) -> ProofJob | None:
     if job is None or job.is_final:
         return None
     job.fail(error)
-    Event.record("proof", f"proof {job.pk} failed: {error}", machine=job.machine,
-                 level=Event.Level.ERROR, data={"job": str(job.pk)})
     return job
 
 
@@ -113,13 +113,18 @@ def requeue(job_id, machine_id: int, reason: str) -> ProofJob | None:
 
 
 def record_progress(machine_id: int, pipelines: list[dict]) -> list[ProofJob]:
-    """Copy partition progress from a snapshot into our jobs; return the jobs that changed."""
+    """Copy partition progress from a snapshot into our jobs; return the jobs that changed.
+    A job that ended while partitions were still in flight (its result came before the
+    device let go) keeps following its pipeline until every partition has settled."""
     by_request = {p["request_id"]: p for p in pipelines if _is_uuid(p.get("request_id"))}
     if not by_request:
         return []
-    jobs = ProofJob.objects.in_flight().filter(pk__in=list(by_request), machine_id=machine_id)
+    seen = time.time()
+    jobs = ProofJob.objects.filter(pk__in=list(by_request), machine_id=machine_id).filter(
+        Q(status__in=ProofJob.IN_FLIGHT) | Q(status__in=ProofJob.FINAL, progress__isnull=False))
     return [job for job in jobs
-            if job.take_progress(JobProgress.from_json(by_request[str(job.pk)]))]
+            if (not job.is_final or not job.engine_progress.settled)
+            and job.take_progress(JobProgress.from_json(by_request[str(job.pk)], seen))]
 
 
 def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], list[str]]:
@@ -160,10 +165,27 @@ class EngineResult:
     vk: dict | None
     public_inputs: list | None
     verified: bool | None  # the engine's own self-check
+    partition_states: list | None  # each partition's state and times when it answered
+    settled: bool | None  # no partition was still on a device or finalizing
 
     @classmethod
     def from_json(cls, record: dict) -> EngineResult:
         return cls(*(record.get(f.name) for f in fields(cls)))
+
+
+def final_progress(record: dict, pipeline: PipelineSnapshot | None) -> JobProgress | None:
+    """The job's partitions as the engine answered with its result (an older engine sends
+    none: then its last pipeline in /status, if it still lists it)."""
+    seen = time.time()
+    states = record.get("partition_states")
+    if states is None:
+        return None if pipeline is None else JobProgress.of_pipeline(pipeline, seen)
+    phase = None
+    if record.get("settled") is False:
+        phase = {"cancelled": "cancelling", "failed": "failing"}.get(record.get("status", ""))
+    return JobProgress.from_json({"status": record.get("status"), "error": record.get("error"),
+                                  "partitions": states, "phase": phase or record.get("status")},
+                                 seen)
 
 
 def record_result(job_id, machine_id: int, record: dict,
@@ -173,8 +195,9 @@ def record_result(job_id, machine_id: int, record: dict,
         return None
     result = EngineResult.from_json(record)
     changes: dict = {"timings": result.timings or {}}
-    if pipeline is not None:
-        changes["progress"] = JobProgress.of_pipeline(pipeline).to_json()
+    progress = final_progress(record, pipeline)
+    if progress is not None:
+        changes["progress"] = progress.to_json()
     if result.status == "cancelled":
         if result.cancelled_by != "request":
             # The engine's own shutdown (or an engine too old to say) cancelled it: nobody

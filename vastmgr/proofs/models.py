@@ -13,10 +13,17 @@ from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSE
 from vastmgr.fleet.models import Event
 from vastmgr.transitions import check_transition
 
-from .progress import JobProgress, phase
+from .progress import PHASE_LABELS, PHASE_TITLES, JobProgress
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1
+# A job that ended while partitions were still in flight shows this until they settle.
+UNSETTLED_PHASE = {"cancelled": "cancelling", "failed": "failing"}
+# An ETA from other jobs needs this many finished runs of the same kind and profile.
+ETA_MIN_RUNS = 3
+# Keys of a stored progress that change with every snapshot without anything happening: a
+# progress equal but for them is not written again (the page ticks them on from `as_of`).
+_TICKING = ("as_of", "phase_secs")
 
 
 def word_choices(words: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -130,14 +137,18 @@ class ProofJob(models.Model):
         self.save(update_fields=["status", *fields])
 
     def fail(self, error: str, **fields) -> None:
+        """Fail the job; every failure is an Event, wherever it was found."""
         self.move_to(self.Status.FAILED, error=error, **fields)
+        Event.record("proof", f"proof {self.pk} failed: {error}", machine=self.machine,
+                     level=Event.Level.ERROR, data={"job": str(self.pk)})
 
     def take_progress(self, progress: JobProgress) -> bool:
         """Keep the engine's latest view of this job (False: nothing new). A dispatched job is
         running once its pipeline is; a pipeline the engine cancelled never ran, and its result
         re-queues the job instead."""
         stored = progress.to_json()
-        if stored == self.progress and self.status == self.Status.RUNNING:
+        if self.status == self.Status.RUNNING and self.progress is not None and \
+                _unchanged(stored, self.progress):
             return False
         if self.status == self.Status.DISPATCHED and progress.status in ("running", "done",
                                                                          "failed"):
@@ -209,9 +220,21 @@ class ProofJob(models.Model):
     def shown_status(self) -> str:
         """The status as pages show it: a running job none of whose partitions has reached a
         device yet is `waiting` (for a device), not "running 0/16"."""
+        progress = self.engine_progress
         if self.status == self.Status.RUNNING:
-            return phase(self.status, (p.state for p in self.engine_progress.partitions))
+            return progress.phase or self.status
+        if self.status in UNSETTLED_PHASE and not progress.settled:
+            # ended, but a partition was still on a device or finalizing when last seen
+            return UNSETTLED_PHASE[self.status]
         return self.status
+
+    @property
+    def shown_label(self) -> str:
+        return PHASE_LABELS.get(self.shown_status, self.shown_status)
+
+    @property
+    def shown_title(self) -> str:
+        return PHASE_TITLES.get(self.shown_status, "")
 
     @property
     def engine_progress(self) -> JobProgress:
@@ -236,11 +259,13 @@ class ProofJob(models.Model):
             per_partition = (now - self.started_at).total_seconds() / done
             eta = per_partition * (total - done)
         elif self.started_at:
+            # One earlier run is no estimate (it may have generated its parameters): only a
+            # median of several is used, else the page says it is still estimating.
             recent = self.recent_durations(self.kind, self.profile, limit=20)
-            if recent:
+            if len(recent) >= ETA_MIN_RUNS:
                 elapsed = (now - self.started_at).total_seconds()
                 eta = max(statistics.median(recent) - elapsed, 0.0)
-        # `as_of` labels the ETA: it is re-rendered only when the partitions change.
+        # `as_of` labels the ETA; the page counts it down from then.
         return {"done": done, "total": total, "percent": round(100 * done / total),
                 "eta_seconds": None if eta is None else round(eta), "as_of": now}
 
@@ -263,6 +288,10 @@ class ProofJob(models.Model):
         return [{"kind": kind, "profile": profile, "count": len(values),
                  "p50": _percentile(values, 50), "p95": _percentile(values, 95)}
                 for (kind, profile), values in sorted(groups.items())]
+
+
+def _unchanged(new: dict, old: dict) -> bool:
+    return all(new.get(k) == old.get(k) for k in new.keys() | old.keys() if k not in _TICKING)
 
 
 def _percentile(values: list[float], pct: int) -> float:

@@ -8,10 +8,46 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cuzk_engine.engine.snapshot import PartitionSnapshot, PipelineSnapshot
+from cuzk_engine.vocabulary import PARAMETER_PHASES, SETTLED_PHASES
 from vastmgr.fleet.partial_snapshot import PartialPipeline
 
-# A pipeline that has nothing on a device, finalizing or done is waiting for a device.
+# A pipeline that has something on a device, finalizing or done has started proving.
 STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
+# The engine's job phases a page shows as they are (vocabulary.JOB_PHASES); for the others
+# the partitions say more (see `phase`).
+_SHOWN_ENGINE_PHASES = PARAMETER_PHASES | {"cancelling", "failing"}
+
+# What a job is doing, in the operator's words: the words pages show (and `data-phase`).
+PHASE_LABELS = {
+    "queued": "queued",
+    "generating_parameters": "generating parameters",
+    "loading_parameters": "loading parameters",
+    "pending": "waiting to synthesize",
+    "synthesizing": "synthesizing",
+    "waiting": "waiting for a device",
+    "running": "running",
+    "cancelling": "cancelling",
+    "failing": "failing",
+    "done": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+PHASE_TITLES = {
+    "generating_parameters": "First use of this circuit: the engine runs the (test) setup "
+                             "that creates its parameters",
+    "loading_parameters": "The engine reads this circuit's parameters into memory",
+    "pending": "Parameters in hand; no partition has started synthesis yet (synthesis "
+               "slots or memory are busy)",
+    "synthesizing": "Partitions are being synthesized; none is ready for a device yet",
+    "waiting": "Synthesized partitions wait for a free device worker; none has reached a "
+               "device yet",
+    "cancelling": "Cancelled; partitions still on a device or finalizing settle when the "
+                  "device lets go",
+    "failing": "Failed; partitions still on a device or finalizing settle when the device "
+               "lets go",
+}
+# Phases of a job on an engine that no device has touched yet.
+NOT_STARTED = frozenset({"queued", *PARAMETER_PHASES, "pending", "synthesizing", "waiting"})
 
 
 def partition_from_json(raw: Mapping) -> PartitionSnapshot:
@@ -20,13 +56,23 @@ def partition_from_json(raw: Mapping) -> PartitionSnapshot:
     return PartitionSnapshot._make(map(raw.get, PartitionSnapshot._fields))
 
 
-def phase(status: str, partition_states: Iterable[str | None]) -> str:
-    """What a job is doing, in the operator's words: `queued` (not admitted to synthesis),
-    `waiting` (admitted, none of its partitions on a device yet), else the engine's status.
-    (A partition's state may be unreported: that is not a started one.)"""
-    if status == "running" and not any(state in STARTED_PHASES for state in partition_states):
+def phase(status: str, partition_states: Iterable[str | None],
+          engine_phase: str | None = None) -> str:
+    """What a job is doing, in the operator's words (PHASE_LABELS): the engine's phase while
+    it waits for parameters or lets go after a cancel or failure; a running job none of whose
+    partitions has reached a device is `waiting` (some are synthesized), `synthesizing` or
+    `pending`; else the engine's status. (A partition's state may be unreported: that is not a
+    started one.)"""
+    if engine_phase in _SHOWN_ENGINE_PHASES:
+        return engine_phase
+    if status != "running":
+        return status
+    states = set(partition_states)
+    if states & STARTED_PHASES:
+        return "running"
+    if "synth_done" in states:
         return "waiting"
-    return status
+    return "synthesizing" if "synthesizing" in states else "pending"
 
 
 def pipeline_phase(pipeline: PartialPipeline) -> str | None:
@@ -36,7 +82,8 @@ def pipeline_phase(pipeline: PartialPipeline) -> str | None:
     status = pipeline.get("status")
     if status is None:
         return None
-    return phase(status, (p.get("state") for p in pipeline.get("partitions", [])))
+    return phase(status, (p.get("state") for p in pipeline.get("partitions", [])),
+                 pipeline.get("phase"))
 
 
 def partition_title(partition: PartitionSnapshot) -> str:
@@ -52,37 +99,54 @@ def partition_title(partition: PartitionSnapshot) -> str:
 @dataclass(frozen=True, slots=True)
 class JobProgress:
     """A job's pipeline as last seen on its engine: `status` is the engine's (queued, running,
-    done, failed, cancelled), not the dashboard's."""
+    done, failed, cancelled), not the dashboard's; `engine_phase` its job phase, held for
+    `phase_secs` when seen; `as_of` when it was seen (seconds since the epoch)."""
 
     status: str | None = None
     error: str | None = None
     partitions: tuple[PartitionSnapshot, ...] = ()
+    engine_phase: str | None = None
+    phase_secs: float | None = None
+    params_progress: float | None = None
+    as_of: float | None = None
 
     @classmethod
-    def from_json(cls, data: Mapping | None) -> JobProgress:
+    def from_json(cls, data: Mapping | None, as_of: float | None = None) -> JobProgress:
         """From a stored `ProofJob.progress` (None: nothing seen yet) or from a snapshot's
-        pipeline, whose other fields are not read."""
+        pipeline (seen at `as_of`), whose other fields are not read."""
         if data is None:
             return cls()
         return cls(data.get("status"), data.get("error"),
-                   tuple(partition_from_json(p) for p in data.get("partitions", ())))
+                   tuple(partition_from_json(p) for p in data.get("partitions", ())),
+                   data.get("phase"), data.get("phase_secs"), data.get("params_progress"),
+                   data.get("as_of", as_of))
 
     @classmethod
-    def of_pipeline(cls, pipeline: PipelineSnapshot) -> JobProgress:
+    def of_pipeline(cls, pipeline: PipelineSnapshot, as_of: float | None = None) -> JobProgress:
         """From our engine's typed pipeline."""
-        return cls(pipeline.status, pipeline.error, tuple(pipeline.partitions))
+        return cls(pipeline.status, pipeline.error, tuple(pipeline.partitions), pipeline.phase,
+                   pipeline.phase_secs, pipeline.params_progress, as_of)
 
     def to_json(self) -> dict:
         return {"status": self.status, "error": self.error,
-                "partitions": [p._asdict() for p in self.partitions]}
+                "partitions": [p._asdict() for p in self.partitions],
+                "phase": self.engine_phase, "phase_secs": self.phase_secs,
+                "params_progress": self.params_progress, "as_of": self.as_of}
 
     def count(self, phase: str) -> int:
         return sum(1 for p in self.partitions if p.state == phase)
 
     @property
+    def settled(self) -> bool:
+        """No partition is still in flight (also true before the engine reported any)."""
+        return all(p.state in SETTLED_PHASES for p in self.partitions)
+
+    @property
     def phase(self) -> str | None:
         """None while the engine has not been seen with the job."""
-        return None if self.status is None else phase(self.status, (p.state for p in self.partitions))
+        if self.status is None:
+            return None
+        return phase(self.status, (p.state for p in self.partitions), self.engine_phase)
 
     def cells(self) -> list[dict]:
         """The partitions as the page's cells show them (partition_cells.html)."""

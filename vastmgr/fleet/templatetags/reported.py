@@ -5,14 +5,16 @@ that printed 0 (or "None") for those would state something nobody measured.
 """
 
 from django import template
-from django.template.defaultfilters import filesizeformat, floatformat
+from django.template.defaultfilters import floatformat
 from django.utils.html import format_html
+
+from vastmgr.fleet.templatetags.units import binary_size
 
 register = template.Library()
 
 NOT_REPORTED = format_html('<span class="not-reported" title="{}">not reported</span>',
                            "the engine did not send this value")
-FORMATS = {"bytes": filesizeformat, "secs": lambda v: floatformat(v, 1),
+FORMATS = {"bytes": binary_size, "secs": lambda v: floatformat(v, 1),
            "int": lambda v: floatformat(v, 0)}
 
 
