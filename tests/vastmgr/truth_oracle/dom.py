@@ -54,7 +54,7 @@ EXTRACT = r"""
     const ctext = counters ? counters.textContent : "";
     const pipelines = [...panel.querySelectorAll(".pipeline")].map(p => ({
       job: p.dataset.job || p.id.replace(/^host-\d+-job-/, ""),
-      phase: labelOf(p.querySelector("[data-phase].status, .status")) ,
+      phase: p.dataset.phase || labelOf(p.querySelector(".status")),
       cells: cellsIn(p)}));
     const workers = [...panel.querySelectorAll(".worker")].map(w => {
       const text = w.textContent;

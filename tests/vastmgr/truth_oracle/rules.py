@@ -32,7 +32,8 @@ CLOCK_TOLERANCE = 1.0
 STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
 # The forward orders a partition and a job move through (restarts aside).
 PARTITION_ORDER = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done")
-JOB_ORDER = ("queued", "generating_parameters", "loading_parameters", "running")
+JOB_ORDER = ("queued", "generating_parameters", "loading_parameters", "pending", "synthesizing",
+             "waiting", "running")
 # The dashboard's own states of a job the engine has not admitted yet.
 NOT_ON_ENGINE = frozenset({"queued", "dispatched"})
 
@@ -153,16 +154,25 @@ def job_labels(state: EngineState, job: str) -> set[str] | None:
         labels = {phase}
         if phase == "queued":
             labels |= NOT_ON_ENGINE
-        partitions = [p["state"] for p in pipeline["partitions"]]
-        if phase == "running" and not STARTED_PHASES.intersection(partitions) \
-                and "synth_done" in partitions:
-            labels.add("waiting")  # synthesized partitions wait for a device
+        if phase == "running":
+            labels.add(_before_a_device(pipeline["partitions"]))
         return labels
     record = state.record(job)
     if record is not None:
         status = record.get("status")
         return {status} | (NOT_ON_ENGINE if status == "queued" else set())
     return set(NOT_ON_ENGINE)
+
+
+def _before_a_device(partitions: list[Mapping[str, Any]]) -> str:
+    """A running job in finer words: `waiting` (for a device) only while synthesized partitions
+    wait and none has reached a device; before that `synthesizing` or `pending`."""
+    states = {p["state"] for p in partitions}
+    if states & STARTED_PHASES:
+        return "running"
+    if "synth_done" in states:
+        return "waiting"
+    return "synthesizing" if "synthesizing" in states else "pending"
 
 
 def settled(state: EngineState, job: str) -> bool:
