@@ -78,6 +78,7 @@ EXTRACT = r"""
   if (!section) return {kind: "proof", page: "proof page", job: arg.job, missing: true};
   const status = document.getElementById(`proof-${arg.job}-status`);
   return read({kind: "proof", page: "proof page", job: arg.job, stale: stale(section),
-               phase: labelOf(status), cells: cellsIn(section)});
+               status: section.dataset.jobStatus || null, phase: labelOf(status),
+               cells: cellsIn(section)});
 }
 """

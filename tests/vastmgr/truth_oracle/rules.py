@@ -34,8 +34,11 @@ STARTED_PHASES = frozenset({"gpu", "finalizing", "done"})
 PARTITION_ORDER = ("pending", "synthesizing", "synth_done", "gpu", "finalizing", "done")
 JOB_ORDER = ("queued", "generating_parameters", "loading_parameters", "pending", "synthesizing",
              "waiting", "running")
-# The dashboard's own states of a job the engine has not admitted yet.
+# The dashboard's own states of a job the engine has not admitted yet, and the two ends it can
+# come to without an engine: failed before reaching one (no engine could take it), cancelled
+# while queued.
 NOT_ON_ENGINE = frozenset({"queued", "dispatched"})
+ENDED_OFF_ENGINE = frozenset({"failed", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def job_labels(state: EngineState, job: str) -> set[str] | None:
     if record is not None:
         status = record.get("status")
         return {status} | (NOT_ON_ENGINE if status == "queued" else set())
-    return set(NOT_ON_ENGINE)
+    return NOT_ON_ENGINE | ENDED_OFF_ENGINE
 
 
 def _before_a_device(partitions: list[Mapping[str, Any]]) -> str:
@@ -359,8 +362,8 @@ def _within(shown: float, values: list, tolerance: float = 0.0) -> bool:
 def check_stale(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
     """A page that shows a host's data while its engine did not answer for the whole window
     must say that the data is old."""
-    if not states:
-        return
+    if not states or view.get("status") in TERMINAL_STATUSES:
+        return  # an ended proof's page shows its result, not the host's live state
     down = all(s.snapshot is None for s in states)
     verdict.check(not down or view.get("stale", False), "stale_label", view["page"],
                   "host data without an age", "live",

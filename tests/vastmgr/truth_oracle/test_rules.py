@@ -193,6 +193,11 @@ def test_data_shown_as_live_while_the_engine_does_not_answer_is_caught():
     down = [EngineState(T - 3, None), EngineState(T - 1, None), EngineState(T - 0.1, None)]
     assert rules_broken(host_view(), down) == ["stale_label"]
     assert rules_broken(host_view(stale=True), down) == []
+    proof = {"kind": "proof", "page": "proof page", "job": JOB, "phase": "running",
+             "status": "running", "read_at": T, "cells": []}
+    assert rules_broken(proof, down) == ["stale_label"]
+    proof.update(status="done", phase="done")  # an ended proof's page is its result
+    assert rules_broken(proof, down) == []
 
 
 def test_a_5xx_or_a_traceback_is_caught():

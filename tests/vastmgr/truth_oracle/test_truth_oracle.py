@@ -43,9 +43,10 @@ Step = tuple[str, Callable[[], bool], float]  # (what we wait for, until, at mos
 class Operator:
     """Works in its own tab as a person would, and steers the proof tabs to what it works on."""
 
-    def __init__(self, page, stack: str, machine: int, history: rules.History, engine_port: int,
-                 summary: oracle.Summary, proof_tabs: list):
+    def __init__(self, page, fleet, stack: str, machine: int, history: rules.History,
+                 engine_port: int, summary: oracle.Summary, proof_tabs: list):
         self.page = page
+        self.fleet = fleet  # the fleet tab, read to see the host live
         self.stack = stack
         self.machine = machine
         self.history = history
@@ -92,6 +93,10 @@ class Operator:
     def engine_up(self) -> bool:
         state = self.now()
         return state is not None and state.snapshot is not None
+
+    def host_live(self) -> bool:
+        row = self.fleet.locator(f"#host-{self.machine}-row")
+        return row.count() == 1 and row.get_attribute("data-conn") == "live"
 
     def saw_phase(self, phase: str) -> bool:
         with self.history.lock:
@@ -193,6 +198,9 @@ class Operator:
         yield ("the engine gone", self.engine_down, 10)
         yield ("the engine restarted by the supervisor", self.engine_up, 60)
         self.event("the engine answers again")
+        # As a person would: the next proof once the fleet page shows the host live again
+        # (before that the dashboard refuses it: no engine could take it).
+        yield ("the host live on the fleet page", self.host_live, 60)
         small = self.submit("winning-post", "small", 30)
         self.focus(small)
         yield ("the small proof ended", lambda: self.engine_status(small) in TERMINAL_STATUSES,
@@ -225,7 +233,8 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
         host.goto(f"{stack}/hosts/{machine}/")
         proof_tabs = [context.new_page(), context.new_page()]
         poller.start()
-        op = Operator(operator_tab, stack, machine, history, engine_port, summary, proof_tabs)
+        op = Operator(operator_tab, fleet, stack, machine, history, engine_port, summary,
+                      proof_tabs)
         started = time.time()
         try:
             steps = op.script()

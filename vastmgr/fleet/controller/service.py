@@ -78,6 +78,7 @@ class FleetController:
         self.leases = leases
         self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
         self.others_read = float("-inf")
+        self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -158,8 +159,9 @@ class FleetController:
                         self.hosts[machine_id].live.changed = True
         if changed:
             rows_to_write = [self.hosts[machine_id].status for machine_id in changed]
+            connection_changed, self.connection_changed = self.connection_changed, set()
             messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
-                rows_to_write)
+                rows_to_write, connection_changed)
             for job in seen_jobs:
                 self.dispatcher.watch_result(job)
             await self.publisher.send(messages)
@@ -203,6 +205,9 @@ class FleetController:
                 if state == OFFLINE and host.pushed_state in (LIVE, STALE):
                     self.notices.extend(fragments.host_offline_notices(
                         machine_id, self.machine_name(machine_id), live.error))
+                if host.pushed_state != state:
+                    # Its proof pages say whether their partitions are live or as of when.
+                    self.connection_changed.add(machine_id)
                 host.pushed_state = state
                 if live.last_seen is not None:
                     host.pushed_seen = live.last_seen
@@ -247,9 +252,10 @@ class FleetController:
                                  fragments.render_host_panel(host.machine, now, host)))
         return messages
 
-    def _persist(self, statuses: list[HostStatus]):
+    def _persist(self, statuses: list[HostStatus], connection_changed: set[int]):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
-        the proof pages that changed."""
+        the proof pages that changed: those whose progress changed, and every unfinished job's
+        on a host that went live, stale or offline (its page labels the partitions' age)."""
         cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
@@ -268,6 +274,8 @@ class FleetController:
                     for job in adopted:
                         proof_jobs[str(job.pk)] = job
                     cancels.extend((status.machine_id, engine_job) for engine_job in orphaned)
+            for job in ProofJob.objects.in_flight().filter(machine_id__in=connection_changed):
+                proof_jobs.setdefault(str(job.pk), job)
             update_rows(HostStatus, statuses,
                         ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
                          "snapshot_at", "idle_waiting_since"])
