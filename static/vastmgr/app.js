@@ -32,21 +32,8 @@
   // shows as ever-older data rather than as a frozen "1 s ago".
   function markArrival(root) {
     var now = Date.now();
-    root.querySelectorAll(".seen[data-ago]:not([data-t0]), [data-tick-base]:not([data-t0])")
-      .forEach(function (el) { el.setAttribute("data-t0", String(now)); });
-  }
-
-  // Running clocks ({% ticking %}: busy time, phase durations, ETAs): the value at the
-  // snapshot plus the snapshot's age when rendered plus the time since this fragment arrived.
-  // A push replaces the element, which re-bases it on the newer snapshot.
-  function tickClocks() {
-    var now = Date.now();
-    document.querySelectorAll("[data-tick-base][data-t0]").forEach(function (el) {
-      var elapsed = Number(el.getAttribute("data-tick-age")) +
-        (now - Number(el.getAttribute("data-t0"))) / 1000;
-      var base = Number(el.getAttribute("data-tick-base"));
-      var value = el.hasAttribute("data-tick-down") ? Math.max(0, base - elapsed) : base + elapsed;
-      el.textContent = value.toFixed(Number(el.getAttribute("data-tick-digits"))) + " s";
+    root.querySelectorAll(".seen[data-ago]:not([data-t0])").forEach(function (el) {
+      el.setAttribute("data-t0", String(now));
     });
   }
 
@@ -104,7 +91,6 @@
   function setup() {
     markArrival(document);
     setInterval(tickSeen, 1000);
-    setInterval(tickClocks, 250);
     document.querySelectorAll(".live[ws-connect]").forEach(function (el) {
       var panel = new LivePanel(el);
       el.addEventListener("htmx:wsConnecting", function () {

@@ -1,6 +1,9 @@
 // Fleet and host pages: numbers that stay current between pushes, notices, and the host charts.
-// - `.ago[data-ago]`: an age in seconds when rendered; it keeps counting in the browser, so a
-//   value that has not changed (an SRS entry nobody used) never shows a frozen age.
+// - `[data-tick-base]` ({% ticking %}): a running clock — an age, a worker's busy time, a
+//   phase's duration, an ETA counting down — from its value at the snapshot plus the snapshot's
+//   age when rendered plus the time since the fragment arrived, so a value that has not changed
+//   (an SRS entry nobody used, a partition still proving) never shows frozen; a push replaces
+//   the element, which re-bases it on the newer snapshot.
 // - `.money[data-amount][data-per-hour]`: spend to date, growing with the running price.
 // - `#toasts`: notices pushed over the page's socket (an htmx out-of-band append).
 // - `.charts[data-window]`: uPlot charts drawn from the fragment's JSON series; the chosen
@@ -12,14 +15,14 @@
   var charts = [];
 
   function fmtAge(seconds) {
-    if (seconds < 90) return Math.floor(seconds) + " s";
-    if (seconds < 5400) return Math.floor(seconds / 60) + " min";
+    if (seconds < 90) return Math.round(seconds) + " s";
+    if (seconds < 5400) return Math.round(seconds / 60) + " min";
     return (seconds / 3600).toFixed(1) + " h";
   }
 
   function stamp(root) {
     var now = Date.now();
-    root.querySelectorAll(".ago[data-ago]:not([data-t0]), .money[data-amount]:not([data-t0])")
+    root.querySelectorAll("[data-tick-base]:not([data-t0]), .money[data-amount]:not([data-t0])")
       .forEach(function (el) { el.setAttribute("data-t0", String(now)); });
     root.querySelectorAll(".toast:not([data-t0])").forEach(function (el) {
       el.setAttribute("data-t0", String(now));
@@ -29,9 +32,13 @@
 
   function tick() {
     var now = Date.now();
-    document.querySelectorAll(".ago[data-t0]").forEach(function (el) {
-      var age = Number(el.getAttribute("data-ago")) + (now - Number(el.getAttribute("data-t0"))) / 1000;
-      el.textContent = fmtAge(age) + " ago";
+    document.querySelectorAll("[data-tick-base][data-t0]").forEach(function (el) {
+      var elapsed = Number(el.getAttribute("data-tick-age")) +
+        (now - Number(el.getAttribute("data-t0"))) / 1000;
+      var base = Number(el.getAttribute("data-tick-base"));
+      var value = el.hasAttribute("data-tick-down") ? Math.max(0, base - elapsed) : base + elapsed;
+      var digits = Number(el.getAttribute("data-tick-digits"));
+      el.textContent = digits ? value.toFixed(digits) + " s" : fmtAge(value);
     });
     document.querySelectorAll(".money[data-t0]").forEach(function (el) {
       var hours = (now - Number(el.getAttribute("data-t0"))) / 3600000;

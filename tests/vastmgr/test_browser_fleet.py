@@ -161,7 +161,7 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
     # The SRS entry's "last used" age keeps up with the clock while the idle engine sends
     # nothing new (counted on in the browser, re-rendered with each heartbeat push).
     age = """() => {
-      const el = document.querySelector('.panel table.grid .ago');
+      const el = document.querySelector('.panel table.grid [data-tick-base]');
       return el ? parseInt(el.textContent) : NaN;
     }"""
     first = fleet.evaluate(age)

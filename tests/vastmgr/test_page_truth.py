@@ -191,3 +191,16 @@ def test_fragments_mark_stale_only_hosts_with_data():
     machine = Machine.objects.create(name="new", provider="ssh", host="10.0.0.2")
     (view,) = fragments.load_hosts(timezone.now().timestamp(), [machine.pk])
     assert view.stale is False  # nothing shown, so nothing stale
+
+
+def test_a_proof_waiting_for_its_parameters_says_so_with_a_running_clock():
+    machine = host()
+    job = ProofJob.objects.create(kind="snap-update", profile="small", seed=1, machine=machine,
+                                  status=ProofJob.Status.RUNNING,
+                                  progress={**SNAPSHOT["pipelines"][0],
+                                            "as_of": timezone.now().timestamp() - 2})
+    html = render_proof(job)
+    status = html.split(f'id="proof-{job.pk}-status"')[1].split("</small>")[0]
+    assert 'data-phase="generating_parameters"' in status
+    assert ">generating parameters</span>" in status and "42% of the setup" in status
+    assert re.search(r'data-tick-base="8.000" data-tick-age="2\.\d+"', status)

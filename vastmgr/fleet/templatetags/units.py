@@ -5,12 +5,14 @@ parameter sizes are measured in.
 
 `{% ticking seconds age %}`: a duration that keeps running in the browser. It renders what the
 value is now (`seconds` as of the snapshot plus the snapshot's `age`) and, for app.js, the
-value at the snapshot (`data-tick-base`) and that age (`data-tick-age`); app.js adds the time
+value at the snapshot (`data-tick-base`) and that age (`data-tick-age`); fleet.js adds the time
 since the fragment arrived, so a clock never freezes between pushes, and every push re-bases it.
 """
 
 from django import template
 from django.utils.html import format_html
+
+from vastmgr.fleet.fragments import duration
 
 register = template.Library()
 
@@ -42,7 +44,7 @@ def ticking(seconds, age=0.0, digits: int = 0, down: bool = False):
     now = float(seconds) - age if down else float(seconds) + age
     return format_html(
         '<span class="tick" data-tick-base="{}" data-tick-age="{}" data-tick-digits="{}"{}>'
-        "{} s</span>",
+        "{}</span>",
         f"{float(seconds):.3f}", f"{age:.3f}", digits,
         format_html(' data-tick-down="1"') if down else "",
-        f"{max(now, 0.0):.{digits}f}")
+        f"{max(now, 0.0):.{digits}f} s" if digits else duration(max(now, 0.0)))
