@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from tests.vastmgr.live_engine import session_cookie, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
-from vastmgr.fleet.controller.publish import relay_token
+from vastmgr.fleet.controller.publish import LayerPublisher, fragment_event, relay_token
 from vastmgr.fleet.models import HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -191,3 +191,28 @@ async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
     assert await relay.receive_nothing(timeout=0.3)  # proof pages are always pushed
     await viewer.disconnect()
     await relay.disconnect()
+
+
+async def test_fragments_a_full_queue_dropped_are_caught_up_by_the_next_sync(settings):
+    """The real in-memory layer with room for 3 messages per consumer: of 10 fragments sent
+    while the consumer cannot read, the last ones are dropped, silently. The publisher's next
+    repeat of its last number makes the consumer resend the whole page."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                           "CONFIG": {"capacity": 3}}}
+    cookie = await database_sync_to_async(session_cookie)()
+    viewer, _, _ = await connect("/ws/fleet/", cookie)
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    layer = get_channel_layer()
+    publisher = LayerPublisher(layer)
+    numbered = publisher.sequencer.number([("fleet", f"<p>{n}</p>") for n in range(1, 11)])
+    # All ten at once: every put lands before the consumer's first read is scheduled.
+    await asyncio.gather(*(layer.group_send(group, fragment_event(html, publisher.sequencer.source,
+                                                                  seq))
+                           for group, html, seq in numbered))
+    got = []
+    while not await viewer.receive_nothing(timeout=0.3):
+        got.append(await viewer.receive_from())
+    assert got[:3] == ["<p>1</p>", "<p>2</p>", "<p>3</p>"] and "<p>10</p>" not in got, got
+    await publisher.sync()
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    await viewer.disconnect()
