@@ -203,8 +203,9 @@ class Operator:
         yield ("the host live on the fleet page", self.host_live, 60)
         small = self.submit("winning-post", "small", 30)
         self.focus(small)
+        # Its parameters are generated first: about a minute here, more on a busy machine.
         yield ("the small proof ended", lambda: self.engine_status(small) in TERMINAL_STATUSES,
-               STEP_TIMEOUT)
+               2 * STEP_TIMEOUT)
 
 
 def local_machine(page, stack: str) -> int:
