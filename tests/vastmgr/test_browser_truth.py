@@ -1,8 +1,9 @@
 """What the pages show after a cancel, held against the engine, in a real browser on the real
 stack (`manage.py up`): a proof cancelled while a partition is on a device ends with every
 partition settled on its page and no worker proving it on the host panel, exactly as the
-engine's own /status says at that moment. Both pages are screenshotted in both colour schemes
-and every visible text is checked for WCAG AA contrast (4.5:1)."""
+engine's own /status says at that moment. A 100-character host name keeps the fleet table on a
+1440 px screen. Both pages are screenshotted in both colour schemes and every visible text is
+checked for WCAG AA contrast (4.5:1)."""
 
 import json
 import subprocess
@@ -13,7 +14,7 @@ import urllib.request
 from tests.conftest import REPO
 from tests.vastmgr import test_browser
 from tests.vastmgr.test_browser import PROOF_TIMEOUT_MS, log_in, screenshot
-from tests.vastmgr.test_browser_proofs import DESKTOP, start_proof, wait_for_status
+from tests.vastmgr.test_browser_proofs import DESKTOP, LONG_NAME, start_proof, wait_for_status
 
 pytestmark = test_browser.pytestmark
 stack, param_cache, browser = test_browser.stack, test_browser.param_cache, test_browser.browser
@@ -151,6 +152,21 @@ def test_a_proof_cancelled_on_the_device_shows_every_partition_settled_as_the_en
         assert row.get_attribute("data-phase") == "cancelled"
         cells = row.locator("[data-partition]")
         assert {cells.nth(i).get_attribute("data-phase") for i in range(cells.count())} <= SETTLED
+    # A 100-character host name is cut with its full name in the tooltip, and keeps every
+    # column of the fleet table on a 1440 px screen.
+    script = (f"from vastmgr.fleet.models import Machine; Machine.objects.create(name='{LONG_NAME}', "
+              "provider='ssh', host='10.255.0.1', enabled=False)")
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=REPO, env=clean_env,
+                   check=True, capture_output=True)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{stack}/")
+    name = page.locator(f"#fleet-table a.truncate[title='{LONG_NAME}']")
+    name.wait_for()
+    assert name.evaluate("el => el.scrollWidth > el.clientWidth")  # cut with an ellipsis
+    right = page.evaluate("""() => Math.max(...[...document.querySelectorAll('#fleet-table th')]
+                                     .map(th => th.getBoundingClientRect().right))""")
+    assert right <= 1440 and page.evaluate("document.documentElement.scrollWidth") <= 1440
+    page.set_viewport_size(DESKTOP)
     low = {}
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)

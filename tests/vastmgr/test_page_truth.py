@@ -22,9 +22,10 @@ pytestmark = pytest.mark.django_db
 LONG_NAME = "gpu-host-" + "x" * 91  # 100 characters
 
 
-def partitions(*states, gpu_ms=None):
-    return [{"index": i, "state": s, "gpu_ms": gpu_ms if s == "gpu" else None}
-            for i, s in enumerate(states)]
+def partitions(*states):
+    """Partitions in `states`; one on a device has been there 50 ms (since 100 ms in)."""
+    return [{"index": i, "state": s, "gpu_start_ms": 100.0 if s == "gpu" else None,
+             "gpu_ms": 50.0 if s == "gpu" else None} for i, s in enumerate(states)]
 
 
 def pipeline(job_id, status, parts, phase=None, **extra):

@@ -68,7 +68,8 @@ def gantt(progress: JobProgress) -> dict:
              "width": max(round(100 * length / end, 2), 0.3), "ms": round(length)}
             for phase, start, length in bar["segments"]
         ]
-    return {"bars": bars, "total_ms": round(end)}
+    return {"bars": bars, "total_ms": round(end),
+            "drawn": any(bar["segments"] for bar in bars)}  # else nothing has started yet
 
 
 # Engine timings as the page labels them: which are sums over partitions, which spans.

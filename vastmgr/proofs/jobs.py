@@ -165,8 +165,6 @@ class EngineResult:
     vk: dict | None
     public_inputs: list | None
     verified: bool | None  # the engine's own self-check
-    partition_states: list | None  # each partition's state and times when it answered
-    settled: bool | None  # no partition was still on a device or finalizing
 
     @classmethod
     def from_json(cls, record: dict) -> EngineResult:
@@ -174,8 +172,10 @@ class EngineResult:
 
 
 def final_progress(record: dict, pipeline: PipelineSnapshot | None) -> JobProgress | None:
-    """The job's partitions as the engine answered with its result (an older engine sends
-    none: then its last pipeline in /status, if it still lists it)."""
+    """The job's partitions as the engine answered with its result: `partition_states`, each
+    partition's state and times then, and `settled`, whether none was still on a device or
+    finalizing (an older engine sends neither: then its last pipeline in /status, if it still
+    lists it)."""
     seen = time.time()
     states = record.get("partition_states")
     if states is None:

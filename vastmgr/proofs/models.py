@@ -247,8 +247,9 @@ class ProofJob(models.Model):
 
     def progress_summary(self) -> dict | None:
         """Progress % from the partition counts and an ETA from this job's own pace (time per
-        finished partition so far), or, before its first partition is done, from recent
-        finished jobs of the same kind and profile. None when there is nothing to show."""
+        finished partition since its parameters were in hand), or, before its first partition
+        is done, from several recent finished jobs of the same kind and profile; without
+        either the page says it is estimating. None when there is nothing to show."""
         if self.is_final:
             return None
         done, total = self.partition_counts()
@@ -256,7 +257,14 @@ class ProofJob(models.Model):
             return None
         eta, now = None, timezone.now()
         if self.started_at and done:
-            per_partition = (now - self.started_at).total_seconds() / done
+            # The pace is counted from when the engine had the parameters (their load or
+            # first-use setup is no partition's work), else from the start.
+            progress = self.engine_progress
+            start = self.started_at.timestamp()
+            if progress.engine_phase == "running" and progress.phase_secs is not None \
+                    and progress.as_of is not None:
+                start = max(start, progress.as_of - progress.phase_secs)
+            per_partition = max(now.timestamp() - start, 0.0) / done
             eta = per_partition * (total - done)
         elif self.started_at:
             # One earlier run is no estimate (it may have generated its parameters): only a
