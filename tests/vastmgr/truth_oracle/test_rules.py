@@ -147,15 +147,21 @@ def test_waiting_for_a_device_needs_a_synthesized_partition_and_none_on_a_device
 def test_a_worker_shown_proving_what_it_was_not_is_caught():
     lie = host_view()
     lie["workers"][1] = {"worker": 1, "state": "proving", "job": JOB[:16], "partition": 2,
-                         "busy_s": 0.4, "busy_total_s": 4.4}
+                         "busy_s": 0.4, "busy_total_s": 4.0}
     assert rules_broken(lie, states(snapshot(RUNNING))) == ["worker_state"]
 
 
 def test_a_busy_clock_frozen_between_pushes_is_caught():
-    # Snapshot 0.5 s before the read: busy 2.0 s then, 2.5 s at the read.
+    # Snapshot 0.5 s before the read: busy 2.0 s then, 2.5 s at the read; 9.0 / 9.5 in all.
+    late = host_view()
+    late["workers"][0].update(busy_s=2.5 - 1.5, busy_total_s=9.5 - 1.5)  # within the latency
+    assert rules_broken(late, states(snapshot(RUNNING))) == []
     frozen = host_view()
-    frozen["workers"][0].update(busy_s=2.0 - 1.5, busy_total_s=9.0 - 1.5)
+    frozen["workers"][0].update(busy_s=2.5 - 2.5, busy_total_s=9.5 - 3.4)  # the 3.4 s
     assert rules_broken(frozen, states(snapshot(RUNNING))) == ["worker_clock"]
+    ahead = host_view()
+    ahead["workers"][0]["busy_s"] = 2.5 + 1.0
+    assert rules_broken(ahead, states(snapshot(RUNNING))) == ["worker_clock"]
     # An idle worker's total does not tick.
     ticking_idle = host_view()
     ticking_idle["workers"][1]["busy_total_s"] = 6.0
