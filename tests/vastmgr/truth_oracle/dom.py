@@ -67,7 +67,8 @@ EXTRACT = r"""
               busy_total_s: num(text, /busy total\s*([\d.]+)\s*s/)};
     });
     const memText = memory ? (memory.querySelector("small") || memory).textContent : "";
-    return read({kind: "host", page: "host panel", stale: stale(panel), pipelines, workers, figures: {
+    const seq = panel.dataset.snapshotSeq ? parseInt(panel.dataset.snapshotSeq) : null;
+    return read({kind: "host", page: "host panel", stale: stale(panel), seq, pipelines, workers, figures: {
       synthesis_active: synth ? num(synth.textContent, /(\d+)\s*\//) : null,
       done: num(ctext, /(\d+)\s*done/), failed: num(ctext, /(\d+)\s*failed/),
       cancelled: num(ctext, /(\d+)\s*cancelled/),

@@ -92,6 +92,7 @@ class Summary:
     engine_polls: int = 0
     seconds: float = 0.0
     events: list[str] = field(default_factory=list)
+    behind: list[float] = field(default_factory=list)  # host panel reads: seconds behind
 
     def per_rule(self) -> dict[str, int]:
         counts = dict.fromkeys(rules.RULE_NAMES, 0)
@@ -104,6 +105,11 @@ class Summary:
                 f"({', '.join(f'{k} {v}' for k, v in sorted(self.samples.items()))}) over "
                 f"{self.seconds:.0f} s, {self.checked} cells checked, {self.engine_polls} "
                 f"engine snapshots, {self.responses} HTTP responses")
+        lag = sorted(self.behind)
+        if lag:
+            head += (f"; the host panel was behind the engine by p50 {lag[len(lag) // 2]:.2f} s, "
+                     f"p99 {lag[int(0.99 * (len(lag) - 1))]:.2f} s, max {lag[-1]:.2f} s "
+                     f"({len(lag)} reads)")
         lines = [head, "scenario: " + "; ".join(self.events),
                  "violations per rule: " + ", ".join(f"{k} {v}" for k, v in
                                                     self.per_rule().items())]
@@ -144,7 +150,10 @@ class Sampler:
             time.sleep(0.02)
         found = []
         for page, view, before, after in reads:
-            verdict = rules.judge(view, self.history.window(before, after))
+            window = self.history.window(before, after)
+            verdict = rules.judge(view, window)
+            if (lag := rules.behind(view, window)) is not None:
+                self.summary.behind.append(lag)
             self.summary.samples[view["kind"]] += 1
             self.summary.checked += verdict.checked
             for violation in verdict.violations:

@@ -94,6 +94,19 @@ class History:
         return earlier[-1:] + inside
 
 
+def behind(view: Mapping[str, Any], states: list[EngineState]) -> float | None:
+    """How long the engine had been past the snapshot a host panel shows (its seq) when it was
+    read: 0 when it shows the latest; None when it shows no seq or the window cannot tell."""
+    shown = view.get("seq")
+    if shown is None:
+        return None
+    newer = [s.at for s in states if s.snapshot is not None and s.snapshot.get("seq", -1) > shown
+             and s.snapshot.get("seq", 0) - shown < 1000]  # not a restarted engine's counter
+    if not newer:
+        return 0.0 if any(s.snapshot and s.snapshot.get("seq") == shown for s in states) else None
+    return max(view["read_at"] - min(newer), 0.0)
+
+
 @dataclass
 class Violation:
     rule: str

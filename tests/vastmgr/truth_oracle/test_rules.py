@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import copy
 
-from .rules import PUSH_LATENCY, EngineState, History, check_response, judge, parse_size
+from .rules import (
+    PUSH_LATENCY,
+    EngineState,
+    History,
+    behind,
+    check_response,
+    judge,
+    parse_size,
+)
 
 JOB = "1f0c7a52-0000-4000-8000-000000000001"
 T = 1000.0  # the read ends here
@@ -237,3 +245,13 @@ def test_running_while_the_engine_generates_parameters_is_caught():
     running = snapshot(["synthesizing"] * 2, workers=[])
     view = host_view(cells=["pending"] * 2, label="loading_parameters", workers=[], figures={})
     assert rules_broken(view, states(generating, running)) == []
+
+
+def test_how_far_behind_the_engine_a_host_panel_is():
+    def at(when, seq):
+        return EngineState(when, {"seq": seq})
+
+    view = {"seq": 5, "read_at": T}
+    assert behind(view, [at(T - 2, 5), at(T - 0.5, 5)]) == 0.0
+    assert behind(view, [at(T - 2, 5), at(T - 1.5, 6), at(T - 0.5, 7)]) == 1.5
+    assert behind({"seq": None, "read_at": T}, [at(T - 1, 5)]) is None
