@@ -121,9 +121,6 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
-        acquired = await self.sync_machines()
-        if acquired:
-            await self.dispatcher.resume_in_flight(acquired)
         if getattr(self.publisher, "reconnected", False):
             # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
@@ -172,6 +169,11 @@ class FleetController:
             await self.publisher.send(notices)
         # After the writes: a page that finds it missed a fragment re-renders from the rows.
         await self.publisher.sync()
+        # Off the push's path: the machines read here (and watchers started or stopped) count
+        # from the next tick, which a lifecycle change made by another process can wait for.
+        acquired = await self.sync_machines()
+        if acquired:
+            await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.requeue_lost(now)
         await self.dispatcher.dispatch()
         await self.dispatcher.cancel_requested()
