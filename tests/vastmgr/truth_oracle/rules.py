@@ -137,9 +137,11 @@ class Verdict:
 
 # ---- what the engine says, per state -----------------------------------------------------------
 
-def partition_phases(state: EngineState, job: str, index: int) -> set[str] | None:
+def partition_phases(state: EngineState, job: str, index: int,
+                     ended: bool = False) -> set[str] | None:
     """The phases partition `index` of `job` may show in this state; None when the engine did
-    not answer (nothing can be judged from it)."""
+    not answer (nothing can be judged from it). `ended`: the page shows the job over, so a job
+    the engine no longer knows (a restart forgot it) may show how its partitions ended."""
     if state.snapshot is None:
         return None
     pipeline = state.pipeline(job)
@@ -155,7 +157,7 @@ def partition_phases(state: EngineState, job: str, index: int) -> set[str] | Non
             return {p["state"] for p in partitions if p.get("index") == index}
         return {"done"} if record["status"] == "done" else set(SETTLED_PHASES)
     # Not on the engine (not dispatched yet, or lost by an engine restart): nothing in flight.
-    return {"pending"}
+    return {"pending"} | (set(SETTLED_PHASES) if ended else set())
 
 
 def job_labels(state: EngineState, job: str) -> set[str] | None:
@@ -291,10 +293,11 @@ def _between(before: set, after: set, order: tuple[str, ...]) -> set:
 def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
     """Every partition cell shows a phase its partition was in; a settled job shows none in
     flight (reported apart: the issue's worst lie)."""
+    ended = view.get("status") in TERMINAL_STATUSES
     for job, cells in _shown_jobs(view):
         for cell in cells:
             allowed, judged = _union(states, lambda s, j=job, c=cell: partition_phases(
-                s, j, c["index"]), PARTITION_ORDER)
+                s, j, c["index"], ended), PARTITION_ORDER)
             if not judged:
                 continue
             rule = "partition_phase"

@@ -119,6 +119,12 @@ def test_a_settled_job_shown_in_flight_is_caught():
     assert rules_broken(proof, states(gone, records=record)) == ["settled_job_in_flight"]
     proof["cells"] = [{"index": 1, "phase": "cancelled"}]
     assert rules_broken(proof, states(gone, records=record)) == []
+    # The engine restarted and forgot the job: its ended page may show how it ended, but a
+    # page that shows it running may not show partitions the engine does not have.
+    forgot = copy.deepcopy(gone)
+    assert rules_broken({**proof, "status": "cancelled"}, states(forgot)) == []
+    assert rules_broken({**proof, "status": "running", "phase": "queued"},
+                        states(forgot)) == ["partition_phase"]
     # With the partitions' final states in the record, only the true one passes.
     record[JOB]["partition_states"] = [partition(0, "done"), partition(1, "done")]
     assert rules_broken(proof, states(gone, records=record)) == ["partition_phase"]
