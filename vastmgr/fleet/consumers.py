@@ -90,7 +90,6 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
     # tell the controller; proof updates are rare and always pushed.
     announces = False
     renewal: asyncio.Task | None = None
-    resyncs = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -176,7 +175,6 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
         if self.behind and now - self.resynced_at >= RESYNC_AT_MOST_EVERY:
             self.behind = False
             self.resynced_at = now
-            self.resyncs += 1
             await self.send_current_state()
 
     async def exists(self) -> bool:
