@@ -51,11 +51,12 @@ class EnginePoller(threading.Thread):
         while not self.halt.is_set():
             started = time.time()
             snapshot = get_json(self.engine_url + "/status")
-            at = (started + time.time()) / 2
+            answered = time.time()
             if snapshot is not None:
                 self.jobs.update(p["job_id"] for p in snapshot.get("pipelines", []))
                 self._fetch_records(snapshot)
-            self.history.add(rules.EngineState(at, snapshot, dict(self.records)))
+            self.history.add(rules.EngineState((started + answered) / 2, snapshot,
+                                               dict(self.records), started, answered))
             self.polls += 1
             self.halt.wait(max(POLL_EVERY - (time.time() - started), 0.0))
 
@@ -145,7 +146,7 @@ class Sampler:
         if not reads:
             return []
         last = max(after for _, _, _, after in reads)
-        deadline = last + 2.0
+        deadline = last + 5.0  # a busy engine may take seconds to answer
         while self.history.latest() < last and time.time() < deadline:
             time.sleep(0.02)
         found = []

@@ -50,6 +50,18 @@ class EngineState:
     at: float
     snapshot: Mapping[str, Any] | None
     records: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The request's start and end: the engine took the snapshot somewhere in between (a busy
+    # engine may take a second to answer). A bare moment when not given.
+    started: float | None = None
+    ended: float | None = None
+
+    @property
+    def earliest(self) -> float:
+        return self.at if self.started is None else self.started
+
+    @property
+    def latest(self) -> float:
+        return self.at if self.ended is None else self.ended
 
     def pipeline(self, job: str) -> Mapping[str, Any] | None:
         if self.snapshot is None:
@@ -81,16 +93,19 @@ class History:
                 self.states.popleft()
 
     def latest(self) -> float:
+        """When the last state's request started: states from after a read exist once this is
+        past the read."""
         with self.lock:
-            return self.states[-1].at if self.states else float("-inf")
+            return self.states[-1].earliest if self.states else float("-inf")
 
     def window(self, before: float, after: float) -> list[EngineState]:
-        """The states in [before - PUSH_LATENCY, after], and the one in force at its start."""
+        """The states that may have been taken in [before - PUSH_LATENCY, after], and the one
+        in force at its start."""
         start = before - PUSH_LATENCY
         with self.lock:
             states = list(self.states)
-        inside = [s for s in states if start <= s.at <= after]
-        earlier = [s for s in states if s.at < start]
+        inside = [s for s in states if s.latest >= start and s.earliest <= after]
+        earlier = [s for s in states if s.latest < start]
         return earlier[-1:] + inside
 
 
@@ -448,4 +463,6 @@ def _clock(state: EngineState, w: Mapping[str, Any], key: str, at: float) -> flo
     if value is None:
         return None
     proving = w["state"] == "proving"
-    return value + (max(at - state.at, 0.0) if proving else 0.0)
+    # From the earliest moment the snapshot may have been taken: a page is never judged ahead
+    # of the engine because the engine was slow to answer.
+    return value + (max(at - state.earliest, 0.0) if proving else 0.0)

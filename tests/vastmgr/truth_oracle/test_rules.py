@@ -98,6 +98,18 @@ def test_a_value_within_the_push_latency_passes_and_an_older_one_does_not():
                                      (T - 0.2, new))) == ["figures", "partition_phase"]
 
 
+def test_a_slow_answer_counts_for_every_moment_it_may_have_been_taken():
+    """A poll that started before the read and answered long after it may hold a state from
+    before the read: the window has it, and the read waits for a poll started after it."""
+    history = History()
+    history.add(EngineState(T - 0.3, {"seq": 1}, {}, T - 1.5, T + 0.9))
+    assert [s.snapshot for s in history.window(T - 0.1, T)] == [{"seq": 1}]
+    assert history.latest() < T  # not yet a state from after the read
+    history.add(EngineState(T + 1.0, {"seq": 2}, {}, T + 0.95, T + 1.05))
+    assert history.latest() > T
+    assert [s.snapshot for s in history.window(T - 0.1, T)] == [{"seq": 1}]
+
+
 def test_the_history_keeps_the_state_in_force_when_the_window_opens():
     history = History()
     for at in (T - 10, T - 5, T - 1, T + 0.1):
