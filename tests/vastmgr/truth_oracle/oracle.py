@@ -45,6 +45,7 @@ class EnginePoller(threading.Thread):
         self.fetched: dict[str, float] = {}
         self.jobs: set[str] = set()  # every job id seen on the engine
         self.polls = 0
+        self.answer_times: list[float] = []  # seconds each /status took
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -52,6 +53,7 @@ class EnginePoller(threading.Thread):
             started = time.time()
             snapshot = get_json(self.engine_url + "/status")
             answered = time.time()
+            self.answer_times.append(answered - started)
             if snapshot is not None:
                 self.jobs.update(p["job_id"] for p in snapshot.get("pipelines", []))
                 self._fetch_records(snapshot)
@@ -94,6 +96,7 @@ class Summary:
     seconds: float = 0.0
     events: list[str] = field(default_factory=list)
     behind: list[float] = field(default_factory=list)  # host panel reads: seconds behind
+    answer_times: list[float] = field(default_factory=list)  # the engine's /status, seconds
 
     def per_rule(self) -> dict[str, int]:
         counts = dict.fromkeys(rules.RULE_NAMES, 0)
@@ -111,6 +114,10 @@ class Summary:
             head += (f"; the host panel was behind the engine by p50 {lag[len(lag) // 2]:.2f} s, "
                      f"p99 {lag[int(0.99 * (len(lag) - 1))]:.2f} s, max {lag[-1]:.2f} s "
                      f"({len(lag)} reads)")
+        if self.answer_times:
+            answers = sorted(self.answer_times)
+            head += (f"; /status answered in p50 {answers[len(answers) // 2] * 1000:.0f} ms, "
+                     f"max {answers[-1] * 1000:.0f} ms")
         lines = [head, "scenario: " + "; ".join(self.events),
                  "violations per rule: " + ", ".join(f"{k} {v}" for k, v in
                                                     self.per_rule().items())]

@@ -281,6 +281,7 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
             poller.stop()
             summary.seconds = time.time() - started
             summary.engine_polls = poller.polls
+            summary.answer_times = poller.answer_times
             OUT.mkdir(parents=True, exist_ok=True)
             (OUT / "summary.txt").write_text(summary.text() + "\n")
             print("\n" + summary.text())
