@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -229,6 +230,7 @@ def local_machine(page, stack: str) -> int:
 
 
 def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
+    shutil.rmtree(OUT, ignore_errors=True)  # no screenshot of an earlier run left to mislead
     params = tmp_path / "params"  # empty: every kind's parameters are generated on first use
     params.mkdir()
     engine_port = free_port()
