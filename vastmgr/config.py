@@ -61,7 +61,13 @@ def database(data: Path) -> dj_database_url.DBConfig:
         # Tests get a file too, not SQLite's shared in-memory database: there a write from one
         # thread fails at once ("table is locked") where the file waits its turn, as it does
         # for the dashboard, the controller and the automation sharing var/vastmgr.sqlite3.
+        # BEGIN IMMEDIATE: a transaction that reads, then writes (a select_for_update, which
+        # SQLite ignores) would otherwise fail at once with "database is locked" when another
+        # process writes meanwhile — SQLite refuses to upgrade its read lock rather than wait
+        # (the truth oracle got a 500 from Cancel while the controller wrote). Taking the write
+        # lock first makes it wait its turn, up to `timeout` seconds.
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
+                "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
                 "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
