@@ -117,7 +117,9 @@ def test_register_params_bench_running(stack, fake, home, operator):
     fake.vast.add_offer(id=4242, machine_id=777, gpu_name="RTX 4090", num_gpus=2)
     assert operator.post("/remote/offers/api-key/", {"api_key": API_KEY},
                          form="/remote/offers/").status == 200
-    rented = operator.post("/remote/offers/4242/rent/", form="/remote/offers/")
+    rented = operator.post("/remote/offers/rent/", {"offer_ids": [4242], "disk_gb": 64,
+                                                    "max_price_per_proof": "0.008"},
+                           form="/remote/offers/")
     machine_pk = int(re.search(r"/remote/machines/(\d+)/", rented.url).group(1))
     vast_id = stack.query("SELECT vast_instance_id FROM fleet_machine WHERE id = ?",
                           machine_pk)[0][0]
