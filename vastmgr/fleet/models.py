@@ -122,6 +122,15 @@ class Machine(models.Model):
                     "(its proving API is gRPC)")
         return None
 
+    def not_proving_reason(self) -> str | None:
+        """Why a test proof started here now would not run at once (None: the machine is
+        running), so the host page offers no proof that could only wait."""
+        if reason := self.unusable_reason():
+            return reason
+        if self.state != self.State.RUNNING:
+            return f"machine {self.name} is {self.state}: it proves once it is running"
+        return None
+
     def mark_seen(self, when=None) -> None:
         self.last_seen = when or timezone.now()
         self.save(update_fields=["last_seen"])
