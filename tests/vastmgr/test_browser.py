@@ -67,10 +67,12 @@ def stack_exited(proc: subprocess.Popen) -> Callable[[], str | None]:
 
 
 @contextmanager
-def running_stack(tmp_path: Path, clean_env: dict, param_cache: Path, *up_args: str):
-    """`./dev up` on free ports with its own data dir; stopped with Ctrl-C like a user would.
-    Yields the dashboard's base URL once the login page and the local engine answer."""
-    port, engine_port = free_port(), free_port()
+def running_stack(tmp_path: Path, clean_env: dict, param_cache: Path, *up_args: str,
+                  engine_port: int | None = None):
+    """`./dev up` on free ports (the engine on `engine_port` when given) with its own data
+    dir; stopped with Ctrl-C like a user would. Yields the dashboard's base URL once the login
+    page and the local engine answer."""
+    port, engine_port = free_port(), engine_port or free_port()
     env = {**clean_env, "VASTMGR_ADMIN_USER": USER, "VASTMGR_ADMIN_PASSWORD": PASSWORD,
            "CUZK_PARAM_CACHE": str(param_cache)}
     log_path = tmp_path / "stack.log"

@@ -1,5 +1,8 @@
 """Consumers: login required, full state on connect with stable fragment ids, then pushes."""
 
+import asyncio
+import json
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -7,8 +10,8 @@ from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr.live_engine import session_cookie, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
-from vastmgr.fleet.controller.publish import relay_token
+from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
+from vastmgr.fleet.controller.publish import LayerPublisher, fragment_event, relay_token
 from vastmgr.fleet.models import HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 
@@ -122,8 +125,43 @@ async def test_relay_needs_the_token_and_forwards_batches_to_groups():
         (b"authorization", f"Bearer {relay_token()}".encode())])
     connected, _ = await relay.connect()
     assert connected
-    await relay.send_to(text_data='{"messages": [["fleet", "<tr id=\\"host-1-row\\"></tr>"]]}')
-    assert await viewer.receive_from(timeout=2) == '<tr id="host-1-row"></tr>'
+    row = '<tr id="host-1-row"></tr>'
+
+    async def relay_batch(messages, syncs=()):
+        await relay.send_to(text_data=json.dumps(
+            {"source": "c1", "messages": messages, "syncs": list(syncs)}))
+
+    await relay_batch([["fleet", row, 1]])
+    assert await viewer.receive_from(timeout=2) == row
+    await relay.disconnect()
+    await viewer.disconnect()
+
+
+async def test_a_viewer_that_missed_a_fragment_gets_the_whole_page_again():
+    """A full channel-layer queue drops fragments silently: a jump in the publisher's numbers,
+    or its repeated last number ahead of the viewer's, makes the consumer resend the page."""
+    cookie = await database_sync_to_async(session_cookie)()
+    viewer, _, _ = await connect("/ws/fleet/", cookie)
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+        (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
+        (b"authorization", f"Bearer {relay_token()}".encode())])
+    assert (await relay.connect())[0]
+
+    async def relay_batch(messages, syncs=()):
+        await relay.send_to(text_data=json.dumps(
+            {"source": "c1", "messages": messages, "syncs": list(syncs)}))
+
+    await relay_batch([["fleet", "<p>1</p>", 1], ["fleet", "<p>2</p>", 2]])
+    assert [await viewer.receive_from(timeout=2) for _ in range(2)] == ["<p>1</p>", "<p>2</p>"]
+    await relay_batch([], syncs=[["fleet", 2]])  # nothing missed: nothing resent
+    await relay_batch([["fleet", "<p>4</p>", 4]])  # 3 never arrived
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    assert await viewer.receive_from(timeout=2) == "<p>4</p>"
+    await asyncio.sleep(RESYNC_AT_MOST_EVERY)
+    await relay_batch([], syncs=[["fleet", 5]])  # the last fragment, 5, never arrived
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    assert await viewer.receive_nothing(timeout=0.3)
     await relay.disconnect()
     await viewer.disconnect()
 
@@ -153,3 +191,28 @@ async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
     assert await relay.receive_nothing(timeout=0.3)  # proof pages are always pushed
     await viewer.disconnect()
     await relay.disconnect()
+
+
+async def test_fragments_a_full_queue_dropped_are_caught_up_by_the_next_sync(settings):
+    """The real in-memory layer with room for 3 messages per consumer: of 10 fragments sent
+    while the consumer cannot read, the last ones are dropped, silently. The publisher's next
+    repeat of its last number makes the consumer resend the whole page."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                           "CONFIG": {"capacity": 3}}}
+    cookie = await database_sync_to_async(session_cookie)()
+    viewer, _, _ = await connect("/ws/fleet/", cookie)
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    layer = get_channel_layer()
+    publisher = LayerPublisher(layer)
+    numbered = publisher.sequencer.number([("fleet", f"<p>{n}</p>") for n in range(1, 11)])
+    # All ten at once: every put lands before the consumer's first read is scheduled.
+    await asyncio.gather(*(layer.group_send(group, fragment_event(html, publisher.sequencer.source,
+                                                                  seq))
+                           for group, html, seq in numbered))
+    got = []
+    while not await viewer.receive_nothing(timeout=0.3):
+        got.append(await viewer.receive_from())
+    assert got[:3] == ["<p>1</p>", "<p>2</p>", "<p>3</p>"] and "<p>10</p>" not in got, got
+    await publisher.sync()
+    assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
+    await viewer.disconnect()

@@ -3,6 +3,7 @@ engines → the fleet controller → the consumers → viewers. Every host's fin
 every viewer, no row may go back in seq, and host panels go only where someone watches."""
 
 import asyncio
+import json
 import os
 import re
 import secrets
@@ -16,7 +17,13 @@ from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
-from vastmgr.fleet.controller.publish import LayerPublisher
+from vastmgr.fleet.controller.publish import (
+    SYNC_EVERY,
+    SYNC_KEEP,
+    LayerPublisher,
+    Sequencer,
+    relay_batches,
+)
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.models import Machine
@@ -141,3 +148,20 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
         for ws in sockets:
             await ws.disconnect()
         await loadgen.stop()
+
+
+def test_each_group_is_numbered_and_its_last_number_repeated_for_a_while():
+    now = [100.0]
+    sequencer = Sequencer(clock=lambda: now[0])
+    numbered = sequencer.number([("fleet", "a"), ("host.1", "b"), ("fleet", "c")])
+    assert numbered == [("fleet", "a", 1), ("host.1", "b", 1), ("fleet", "c", 2)]
+    assert sorted(sequencer.due()) == [("fleet", 2), ("host.1", 1)]
+    now[0] += SYNC_EVERY / 2
+    assert sequencer.due() == []  # not yet again
+    now[0] += SYNC_KEEP
+    sequencer.number([("fleet", "d")])
+    assert sequencer.due() == [("fleet", 3)]  # host.1 has been quiet too long to repeat
+    batches = [json.loads(b) for b in relay_batches(numbered, sequencer.source, [("fleet", 3)],
+                                                     limit=40)]
+    assert [m for b in batches for m in b["messages"]] == [list(m) for m in numbered]
+    assert [b["syncs"] for b in batches] == [[], [], [["fleet", 3]]]

@@ -276,6 +276,27 @@ async def test_a_host_going_offline_is_pushed_as_a_toast(machine):
     assert "gpu-1 went offline: connection refused" in fleet_html
 
 
+def test_a_host_going_offline_repushes_its_running_proofs_pages_marked_stale(machine):
+    """A proof page shows its partitions as of the host's last snapshot: when the host goes
+    offline the page must say so, though no progress changed."""
+    job = ProofJob.objects.create(kind="porep-c2", seed=1, machine=machine, status="running",
+                                  engine_job_id="a")
+    clock = [time.time()]
+    controller = FleetController(publisher=RecordingPublisher(), clock=lambda: clock[0])
+    controller.machines = {machine.pk: machine}
+    live = HostLive(machine.pk, snapshot=SNAPSHOT, seq=7, last_seen=clock[0], connected=True)
+    controller.hosts[machine.pk] = HostState(live)
+    controller._collect_changes(clock[0])
+    controller.connection_changed.clear()
+    live.lost("connection refused", clock[0] + 1)
+    changed = controller._collect_changes(clock[0] + 1)
+    statuses = [controller._status_row(m, clock[0] + 1) for m in changed]
+    messages, _, _ = controller._persist(statuses, controller.connection_changed)
+    pages = dict(messages)
+    assert f"proof.{job.pk}" in pages
+    assert 'data-host-stale="true"' in pages[f"proof.{job.pk}"]
+
+
 def test_a_batch_submit_is_confirmed(admin_client, machine):
     response = admin_client.post("/proofs/new/", {
         "machine": machine.pk, "kind": "porep-c2", "profile": "tiny", "seed": 1, "count": 3,

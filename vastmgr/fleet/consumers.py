@@ -17,7 +17,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from vastmgr.fleet import fragments
-from vastmgr.fleet.controller.publish import fragment_event, relay_token
+from vastmgr.fleet.controller.publish import fragment_event, relay_token, sync_event
 from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP, RENEW_EVERY, watch_event
 from vastmgr.fleet.models import Machine
 
@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # whose object does not exist. Neither is retried by the browser.
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+# A consumer that keeps missing fragments (its channel-layer queue overflows) resends the full
+# state at most this often; the misses in between are caught up by the next resend.
+RESYNC_AT_MOST_EVERY = 1.0
 
 
 class SameOriginValidator:
@@ -88,6 +91,12 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
     announces = False
     renewal: asyncio.Task | None = None
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: dict[str, int] = {}  # publisher -> the last sequence number it sent here
+        self.behind = False  # something was missed and not yet resent
+        self.resynced_at = float("-inf")
+
     def get_group(self) -> str:
         return self.group
 
@@ -140,7 +149,33 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
         await self.send(text_data=await database_sync_to_async(self.current_state)())
 
     async def fragment(self, event):
+        self.note_seq(event.get("source"), event.get("seq"), sync=False)
+        await self.resync_if_behind()
         await self.send(text_data=event["html"])
+
+    async def fragment_sync(self, event):
+        """The publisher's last sequence number for this group: ahead of ours means a fragment
+        never arrived (a full channel-layer queue drops it), so the page is resent whole."""
+        self.note_seq(event.get("source"), event.get("seq"), sync=True)
+        await self.resync_if_behind()
+
+    def note_seq(self, source, seq, sync: bool) -> None:
+        if not isinstance(source, str) or not isinstance(seq, int):
+            return  # an unnumbered fragment (a toast from the dashboard itself)
+        last = self.seen.get(source)
+        # A fresh consumer starts from the first number it gets: its first state was rendered
+        # after it joined the group, and nothing was dropped from its queue before that.
+        if last is not None and seq > last + (0 if sync else 1):
+            self.behind = True
+        if last is None or seq > last:
+            self.seen[source] = seq
+
+    async def resync_if_behind(self) -> None:
+        now = time.monotonic()
+        if self.behind and now - self.resynced_at >= RESYNC_AT_MOST_EVERY:
+            self.behind = False
+            self.resynced_at = now
+            await self.send_current_state()
 
     async def exists(self) -> bool:
         return True
@@ -200,10 +235,14 @@ class RelayConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
-            messages = json.loads(text_data or "")["messages"]
-            batch = [(str(group), str(html)) for group, html in messages]
+            batch = json.loads(text_data or "")
+            source = str(batch["source"])
+            messages = [(str(group), str(html), int(seq)) for group, html, seq in batch["messages"]]
+            syncs = [(str(group), int(seq)) for group, seq in batch.get("syncs", [])]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("relay: ignoring a malformed batch")
             return
-        for group, html in batch:
-            await self.channel_layer.group_send(group, fragment_event(html))
+        for group, html, seq in messages:
+            await self.channel_layer.group_send(group, fragment_event(html, source, seq))
+        for group, seq in syncs:
+            await self.channel_layer.group_send(group, sync_event(source, seq))

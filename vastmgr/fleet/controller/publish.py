@@ -7,6 +7,14 @@ the relay token (derived from SECRET_KEY, which both processes share) may open.
 
 The other direction, viewers announcing what they watch (see `viewers`), reaches the
 controller through its own channel on the shared layer, or back over the relay socket.
+
+Nothing here may lose a page's last update without the page finding out. A channel layer drops
+messages for a consumer whose queue is full (in-memory and Redis alike, silently), so every
+fragment carries its group's sequence number from this publisher, and for a while after a
+group's last fragment the publisher repeats that number (`sync`). A consumer that sees a number
+jump, or a sync ahead of what it got, has missed something and resends its page's whole current
+state: a viewer that falls behind is shed by coalescing (it gets the latest state once), never
+left on an old one.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Callable
+import secrets
+import time
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -28,6 +38,7 @@ from .viewers import CONTROLLER_GROUP
 log = logging.getLogger(__name__)
 
 Message = tuple[str, str]  # (group, html)
+Numbered = tuple[str, str, int]  # (group, html, the group's sequence number)
 OnWatch = Callable[[dict], None]
 # Channel-layer group membership expires (a day by default); re-join well before that.
 REJOIN_EVERY = 3600.0
@@ -35,6 +46,10 @@ RELAY_RETRY = 1.0
 # daphne closes a websocket whose message exceeds 1 MiB (its default), so a batch for a large
 # fleet goes as several relay messages below that.
 RELAY_MESSAGE_BYTES = 512 * 1024
+# How often a group's last sequence number is repeated, and for how long after its last
+# fragment: a lost update is noticed within SYNC_EVERY (plus the push latency).
+SYNC_EVERY = 2.0
+SYNC_KEEP = 60.0
 
 
 def relay_token() -> str:
@@ -42,25 +57,67 @@ def relay_token() -> str:
                     hashlib.sha256).hexdigest()
 
 
-def fragment_event(html: str) -> dict:
-    return {"type": "fragment", "html": html}
+def fragment_event(html: str, source: str = "", seq: int | None = None) -> dict:
+    return {"type": "fragment", "html": html, "source": source, "seq": seq}
 
 
-def relay_batches(messages: list[Message], limit: int = RELAY_MESSAGE_BYTES) -> list[str]:
-    """The relay messages carrying `messages` in order, each under `limit` bytes unless one
-    fragment alone is larger (the margin to daphne's limit covers JSON escaping)."""
+def sync_event(source: str, seq: int) -> dict:
+    """The last sequence number `source` used in a group (handled by `fragment_sync`)."""
+    return {"type": "fragment.sync", "source": source, "seq": seq}
+
+
+class Sequencer:
+    """Numbers each group's fragments, and says which groups' last numbers to repeat now."""
+
+    def __init__(self, clock=time.monotonic):
+        self.source = secrets.token_hex(8)  # this publisher; numbers are per source and group
+        self.clock = clock
+        self.seqs: dict[str, int] = {}
+        self.last_sent: dict[str, float] = {}
+        self.synced = float("-inf")
+
+    def number(self, messages: list[Message]) -> list[Numbered]:
+        now = self.clock()
+        numbered = []
+        for group, html in messages:
+            seq = self.seqs[group] = self.seqs.get(group, 0) + 1
+            self.last_sent[group] = now
+            numbered.append((group, html, seq))
+        return numbered
+
+    def due(self) -> list[tuple[str, int]]:
+        """(group, last seq) of every group that had a fragment within SYNC_KEEP, once every
+        SYNC_EVERY; an empty list in between."""
+        now = self.clock()
+        if now - self.synced < SYNC_EVERY:
+            return []
+        self.synced = now
+        for group in [g for g, at in self.last_sent.items() if now - at > SYNC_KEEP]:
+            del self.last_sent[group]
+        return [(group, self.seqs[group]) for group in self.last_sent]
+
+
+def relay_batches(messages: list[Numbered], source: str, syncs: Sequence[tuple[str, int]] = (),
+                  limit: int = RELAY_MESSAGE_BYTES) -> list[str]:
+    """The relay messages carrying `messages` in order (then `syncs`), each under `limit` bytes
+    unless one fragment alone is larger (the margin to daphne's limit covers JSON escaping)."""
     batches: list[str] = []
-    batch: list[Message] = []
+    batch: list[Numbered] = []
     size = 0
-    for group, html in messages:
-        cost = len(group) + len(html.encode()) + 16
+
+    def close(syncs_here: Sequence[tuple[str, int]] = ()) -> None:
+        batches.append(json.dumps({"source": source, "messages": batch,
+                                   "syncs": list(syncs_here)}, ensure_ascii=False))
+
+    for group, html, seq in messages:
+        cost = len(group) + len(html.encode()) + 24
         if batch and size + cost > limit:
-            batches.append(json.dumps({"messages": batch}, ensure_ascii=False))
+            close()
             batch, size = [], 0
-        batch.append((group, html))
+        batch.append((group, html, seq))
         size += cost
-    if batch:
-        batches.append(json.dumps({"messages": batch}, ensure_ascii=False))
+    if batch or syncs:
+        close(syncs)
     return batches
 
 
@@ -70,11 +127,17 @@ class LayerPublisher:
     def __init__(self, layer=None):
         self.layer = layer or get_channel_layer()
         self.reconnected = False
+        self.sequencer = Sequencer()
 
     async def send(self, messages: list[Message]) -> bool:
-        for group, html in messages:
-            await self.layer.group_send(group, fragment_event(html))
+        source = self.sequencer.source
+        for group, html, seq in self.sequencer.number(messages):
+            await self.layer.group_send(group, fragment_event(html, source, seq))
         return True
+
+    async def sync(self) -> None:
+        for group, seq in self.sequencer.due():
+            await self.layer.group_send(group, sync_event(self.sequencer.source, seq))
 
     async def listen(self, on_watch: OnWatch) -> None:
         """Feed consumers' watch announcements to `on_watch` until cancelled."""
@@ -114,6 +177,7 @@ class RelayPublisher:
         self.reconnected = False
         self._had_connection = False
         self._connecting = asyncio.Lock()
+        self.sequencer = Sequencer()
 
     async def _connection(self) -> aiohttp.ClientWebSocketResponse:
         async with self._connecting:
@@ -128,9 +192,18 @@ class RelayPublisher:
     async def send(self, messages: list[Message]) -> bool:
         if not messages:
             return True
+        return await self._relay(relay_batches(self.sequencer.number(messages),
+                                               self.sequencer.source))
+
+    async def sync(self) -> None:
+        due = self.sequencer.due()
+        if due:
+            await self._relay(relay_batches([], self.sequencer.source, due))
+
+    async def _relay(self, batches: list[str]) -> bool:
         try:
             ws = await self._connection()
-            for batch in relay_batches(messages):
+            for batch in batches:
                 await ws.send_str(batch)
             return True
         except (aiohttp.ClientError, OSError) as exc:

@@ -79,6 +79,7 @@ class FleetController:
         self.leases = leases
         self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
         self.others_read = float("-inf")
+        self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -122,9 +123,6 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
-        acquired = await self.sync_machines()
-        if acquired:
-            await self.dispatcher.resume_in_flight(acquired)
         if getattr(self.publisher, "reconnected", False):
             # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
@@ -160,8 +158,9 @@ class FleetController:
                         self.hosts[machine_id].live.changed = True
         if changed:
             rows_to_write = [self.hosts[machine_id].status for machine_id in changed]
+            connection_changed, self.connection_changed = self.connection_changed, set()
             messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
-                rows_to_write)
+                rows_to_write, connection_changed)
             for job in seen_jobs:
                 self.dispatcher.watch_result(job)
             await self.publisher.send(messages)
@@ -170,6 +169,13 @@ class FleetController:
         if self.notices:
             notices, self.notices = self.notices, []
             await self.publisher.send(notices)
+        # After the writes: a page that finds it missed a fragment re-renders from the rows.
+        await self.publisher.sync()
+        # Off the push's path: the machines read here (and watchers started or stopped) count
+        # from the next tick, which a lifecycle change made by another process can wait for.
+        acquired = await self.sync_machines()
+        if acquired:
+            await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.requeue_lost(now)
         await self.dispatcher.dispatch()
         await self.dispatcher.cancel_requested()
@@ -203,6 +209,9 @@ class FleetController:
                 if state == OFFLINE and host.pushed_state in (LIVE, STALE):
                     self.notices.extend(fragments.host_offline_notices(
                         machine_id, self.machine_name(machine_id), live.error))
+                if host.pushed_state != state:
+                    # Its proof pages say whether their partitions are live or as of when.
+                    self.connection_changed.add(machine_id)
                 host.pushed_state = state
                 if live.last_seen is not None:
                     host.pushed_seen = live.last_seen
@@ -247,9 +256,10 @@ class FleetController:
                                  fragments.render_host_panel(host.machine, now, host)))
         return messages
 
-    def _persist(self, statuses: list[HostStatus]):
+    def _persist(self, statuses: list[HostStatus], connection_changed: set[int]):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
-        the proof pages that changed."""
+        the proof pages that changed: those whose progress changed, and every unfinished job's
+        on a host that went live, stale or offline (its page labels the partitions' age)."""
         cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
@@ -268,6 +278,8 @@ class FleetController:
                     for job in adopted:
                         proof_jobs[str(job.pk)] = job
                     cancels.extend((status.machine_id, engine_job) for engine_job in orphaned)
+            for job in ProofJob.objects.in_flight().filter(machine_id__in=connection_changed):
+                proof_jobs.setdefault(str(job.pk), job)
             update_rows(HostStatus, statuses,
                         ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
                          "snapshot_at", "idle_waiting_since"])

@@ -7,6 +7,12 @@ while the load runs; rows that went back in seq; and how many hosts' final state
 every viewer (must be 0). Seqs coalesced away inside one tick are not pushed by design and have
 no latency.
 
+The load runs in `--rounds` rounds on the same processes: each sends for `--duration` seconds,
+pauses the simulated engines between two sends, waits SETTLE_SECONDS and counts, per round, the
+viewer × host final states that did not arrive: shown older than the final seq (or never), and
+shown newer (the benchmark's own accounting, which must also be 0). Viewers resync (get the
+whole table again) when their consumer finds it missed a fragment; those are counted too.
+
 The simulated engines run in child processes (`loadgen`), so they do not share a core's event
 loop with the viewers. With `--controllers N` (scale-out: DATABASE_URL and REDIS_URL must be
 set) N controllers share the hosts through their leases; `--kill` then kills one with SIGKILL a
@@ -69,7 +75,10 @@ class Command(BaseCommand):
         parser.add_argument("--hosts", type=int, default=100)
         parser.add_argument("--viewers", type=int, default=20)
         parser.add_argument("--rate", type=float, default=2.0, help="snapshots/s per host")
-        parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+        parser.add_argument("--duration", type=float, default=20.0,
+                            help="seconds of load per round")
+        parser.add_argument("--rounds", type=int, default=3,
+                            help="rounds of load; final states are counted after each")
         parser.add_argument("--controllers", type=int, default=1,
                             help="fleet controllers sharing the hosts (more than one needs "
                                  "DATABASE_URL and REDIS_URL)")
@@ -84,11 +93,12 @@ class Command(BaseCommand):
                             help=f"processes simulating the engines (default: one per "
                                  f"{HOSTS_PER_LOADGEN} hosts)")
 
-    def handle(self, *args, hosts, viewers, rate, duration, controllers, lease, kill,
+    def handle(self, *args, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
                loadgen_processes, profile, **options):
-        if min(hosts, viewers, controllers) < 1 or rate <= 0 or duration <= 0 or lease <= 0:
-            raise CommandError("--hosts, --viewers and --controllers must be >= 1; --rate, "
-                               "--duration and --lease > 0")
+        if min(hosts, viewers, controllers, rounds) < 1 or rate <= 0 or duration <= 0 \
+                or lease <= 0:
+            raise CommandError("--hosts, --viewers, --rounds and --controllers must be >= 1; "
+                               "--rate, --duration and --lease > 0")
         scale_out = uses_leases() and uses_shared_layer()
         if controllers > 1 and not scale_out:
             raise CommandError("--controllers above 1 needs the scale-out mode: set DATABASE_URL "
@@ -97,11 +107,11 @@ class Command(BaseCommand):
             raise CommandError("--kill needs --controllers 2 or more (someone must take over)")
         processes = loadgen_processes or math.ceil(hosts / HOSTS_PER_LOADGEN)
         call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
-        asyncio.run(self.bench(hosts, viewers, rate, duration, controllers, lease, kill,
+        asyncio.run(self.bench(hosts, viewers, rate, duration, rounds, controllers, lease, kill,
                                min(processes, hosts), profile))
 
-    async def bench(self, hosts, viewers, rate, duration, controllers, lease, kill, processes,
-                    profile):
+    async def bench(self, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
+                    processes, profile):
         loadgens = [RemoteLoadGenerator(len(range(i, hosts, processes)), rate)
                     for i in range(processes)]
         await asyncio.gather(*(lg.start() for lg in loadgens))
@@ -130,45 +140,56 @@ class Command(BaseCommand):
         logs = [ViewerLog() for _ in range(viewers)]
         named = [("daphne", daphne)] + [(f"controller-{i + 1}", p) for i, p in enumerate(fleet)]
         takeover = None
+        lost: list[dict] = []
         try:
             async with aiohttp.ClientSession() as session:
                 sockets = await self.connect_viewers(session, port, cookie, viewers)
                 readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
                 await self.wait_connected(ids, controllers)
                 await asyncio.sleep(WARM_UP_SECONDS)
-                cpu_start = {name: cpu_seconds(p.pid) for name, p in named}
-                loadgen_start = children_cpu_seconds(lg.proc for lg in loadgens)
-                own_start, wall_start = time.process_time(), time.monotonic()
-                for lg in loadgens:
-                    lg.go()
-                if profile:
-                    profiler = await asyncio.create_subprocess_exec(
-                        shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
-                        "record", "--pid", str(fleet[0].pid), "--duration",
-                        str(round(duration / 3 if kill else duration)), "--format",
-                        "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
-                if kill:
-                    await asyncio.sleep(duration / 3)
-                    # The victim's CPU over the time it ran, since it cannot be read afterwards.
-                    victim_cpu = ((cpu_seconds(fleet[0].pid) - cpu_start["controller-1"])
-                                  / (time.monotonic() - wall_start))
-                    takeover = await self.kill_one(fleet, ids)
-                    await asyncio.sleep(max(wall_start + duration - time.monotonic(), 0.0))
-                else:
-                    await asyncio.sleep(duration)
-                wall = time.monotonic() - wall_start
-                cpu = {name: (cpu_seconds(p.pid) - cpu_start[name]) / wall for name, p in named
-                       if p.poll() is None}
+                def cpu_clocks() -> dict[str, float]:
+                    clocks = {name: cpu_seconds(p.pid) for name, p in named if p.poll() is None}
+                    clocks["loadgen"] = children_cpu_seconds(lg.proc for lg in loadgens)
+                    clocks["viewers"] = time.process_time()
+                    return clocks
+
+                used: dict[str, float] = {}
+                loaded = 0.0  # seconds under load: settling between rounds is not counted
+                for round_number in range(rounds):
+                    first = round_number == 0
+                    start, round_start = cpu_clocks(), time.monotonic()
+                    for lg in loadgens:
+                        lg.go()
+                    if profile and first:
+                        profiler = await asyncio.create_subprocess_exec(
+                            shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
+                            "record", "--pid", str(fleet[0].pid), "--duration",
+                            str(round(duration / 3 if kill else duration)), "--format",
+                            "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
+                    if kill and first:
+                        await asyncio.sleep(duration / 3)
+                        # The victim's CPU over the time it ran: it cannot be read afterwards.
+                        victim_cpu = ((cpu_seconds(fleet[0].pid) - start["controller-1"])
+                                      / (time.monotonic() - round_start))
+                        takeover = await self.kill_one(fleet, ids)
+                        await asyncio.sleep(max(round_start + duration - time.monotonic(), 0.0))
+                    else:
+                        await asyncio.sleep(duration)
+                    end = cpu_clocks()
+                    loaded += time.monotonic() - round_start
+                    for name, clock in end.items():
+                        used[name] = used.get(name, 0.0) + clock - start[name]
+                    await asyncio.gather(*(lg.pause() for lg in loadgens))
+                    if profile and first:
+                        await profiler.wait()
+                    await asyncio.sleep(SETTLE_SECONDS)
+                    final = {machine_id: lg.seq[host] for machine_id, (lg, host) in where.items()}
+                    lost.append(self.count_lost(logs, final))
+                    self.stdout.write(f"round {round_number + 1}: {lost[-1]}")
+                cpu = {name: seconds / loaded for name, seconds in used.items()}
                 if kill:
                     cpu["controller-1"] = victim_cpu
-                cpu["loadgen"] = (children_cpu_seconds(lg.proc for lg in loadgens)
-                                  - loadgen_start) / wall
-                cpu["viewers"] = (time.process_time() - own_start) / wall
                 load_average = os.getloadavg()
-                await asyncio.gather(*(lg.finish() for lg in loadgens))
-                if profile:
-                    await profiler.wait()
-                await asyncio.sleep(SETTLE_SECONDS)
                 for task in readers:
                     task.cancel()
                 for ws in sockets:
@@ -189,12 +210,21 @@ class Command(BaseCommand):
             for lg in loadgens:
                 lg.kill()
             await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
-        final = {machine_id: lg.seq[host] for machine_id, (lg, host) in where.items()}
-        lost = sum(1 for log in logs for machine_id, seq in final.items()
-                   if log.shown.get(machine_id) != seq)
         latencies = sorted(x for log in logs for x in log.latencies(sent_at))
-        self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost,
-                    sum(final.values()), takeover, load_average)
+        sent = sum(lg.seq[host] for lg, host in where.values())
+        self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
+                    takeover, load_average)
+
+    @staticmethod
+    def count_lost(logs, final: dict[int, int]) -> dict:
+        """Viewer × host final states not shown after a round: older (or never shown), and
+        newer than the final seq (a benchmark accounting error)."""
+        older = sum(1 for log in logs for machine_id, seq in final.items()
+                    if log.shown.get(machine_id, -1) < seq)
+        newer = sum(1 for log in logs for machine_id, seq in final.items()
+                    if log.shown.get(machine_id, -1) > seq)
+        return {"final_states": len(logs) * len(final), "lost": older, "newer_than_final": newer,
+                "viewer_resyncs": sum(log.full_states for log in logs) - len(logs)}
 
     def register(self, ports):
         stamp = time.time_ns()
@@ -293,7 +323,8 @@ class Command(BaseCommand):
             "cpu_share_of_one_core": {name: round(share, 3) for name, share in cpu.items()},
             "controller_cpu_ms_per_host_second": round(controller_cpu / hosts * 1000, 2),
             "rows_back_in_seq": sum(log.out_of_order for log in logs),
-            "final_states_lost": lost,
+            "rounds": lost,
+            "final_states_lost": sum(r["lost"] + r["newer_than_final"] for r in lost),
             "load_average_1_5_15": [round(x, 2) for x in load_average],
             "takeover": takeover,
         }
@@ -312,7 +343,11 @@ class Command(BaseCommand):
         self.stdout.write(f"controller cpu per host: "
                           f"{result['controller_cpu_ms_per_host_second']} ms per second")
         self.stdout.write(f"rows that went back in seq: {result['rows_back_in_seq']}")
-        self.stdout.write(f"final states lost: {lost}")
+        for number, r in enumerate(lost, 1):
+            self.stdout.write(f"round {number}: {r['lost']} of {r['final_states']} final states "
+                              f"lost, {r['newer_than_final']} newer than final, "
+                              f"{r['viewer_resyncs']} viewer resyncs so far")
+        self.stdout.write(f"final states lost: {result['final_states_lost']}")
         self.stdout.write("load average (1, 5, 15 min): "
                           + ", ".join(f"{x:.2f}" for x in load_average))
         if takeover:

@@ -1,0 +1,203 @@
+"""The oracle's moving parts on the real stack: a poller that keeps the engine's recent states,
+a sampler that reads pages and judges them against those states, and the summary.
+
+The poller runs in a thread (GET /status about ten times a second, and the records of the jobs
+it has seen, GET /v1/proofs/<id>); the browser is driven from the test's thread only
+(Playwright's sync API is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cuzk_engine.vocabulary import TERMINAL_STATUSES
+
+from . import dom, rules
+
+POLL_EVERY = 0.1
+RECORD_EVERY = 0.5  # per unfinished job: records change rarely, /status carries the detail
+SCREENSHOTS_PER_RULE = 3
+
+
+def get_json(url: str, timeout: float = 1.0) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.load(response)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return None
+
+
+class EnginePoller(threading.Thread):
+    """Keeps `history`: the engine's /status and job records, polled until `stop()`."""
+
+    def __init__(self, engine_url: str, history: rules.History):
+        super().__init__(name="engine-poller", daemon=True)
+        self.engine_url = engine_url
+        self.history = history
+        self.records: dict[str, dict] = {}
+        self.fetched: dict[str, float] = {}
+        self.jobs: set[str] = set()  # every job id seen on the engine
+        self.polls = 0
+        self.answer_times: list[float] = []  # seconds each /status took
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            started = time.time()
+            snapshot = get_json(self.engine_url + "/status")
+            answered = time.time()
+            self.answer_times.append(answered - started)
+            if snapshot is not None:
+                self.jobs.update(p["job_id"] for p in snapshot.get("pipelines", []))
+                self._fetch_records(snapshot)
+            self.history.add(rules.EngineState((started + answered) / 2, snapshot,
+                                               dict(self.records), started, answered))
+            self.polls += 1
+            self.halt.wait(max(POLL_EVERY - (time.time() - started), 0.0))
+
+    def _fetch_records(self, snapshot: dict) -> None:
+        listed = {p["job_id"]: p["status"] for p in snapshot.get("pipelines", [])}
+        now = time.time()
+        for job in self.jobs:
+            record = self.records.get(job)
+            final = record is not None and record.get("status") in TERMINAL_STATUSES
+            # A final record is fetched once more when its pipeline leaves the list (the
+            # engine's last word); an unfinished one every RECORD_EVERY.
+            if final and job not in listed and self.fetched.get(job, 0) > 0:
+                continue
+            if now - self.fetched.get(job, 0) < RECORD_EVERY and job in listed:
+                continue
+            got = get_json(f"{self.engine_url}/v1/proofs/{job}")
+            self.fetched[job] = now if job in listed else 1.0
+            if got is None:
+                self.records.pop(job, None)  # forgotten (an engine restart)
+            else:
+                self.records[job] = got
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+
+
+@dataclass
+class Summary:
+    samples: collections.Counter = field(default_factory=collections.Counter)
+    checked: int = 0
+    violations: list[rules.Violation] = field(default_factory=list)
+    responses: int = 0
+    engine_polls: int = 0
+    seconds: float = 0.0
+    events: list[str] = field(default_factory=list)
+    behind: list[float] = field(default_factory=list)  # host panel reads: seconds behind
+    answer_times: list[float] = field(default_factory=list)  # the engine's /status, seconds
+
+    def per_rule(self) -> dict[str, int]:
+        counts = dict.fromkeys(rules.RULE_NAMES, 0)
+        for v in self.violations:
+            counts[v.rule] = counts.get(v.rule, 0) + 1
+        return counts
+
+    def text(self) -> str:
+        head = (f"truth oracle: {sum(self.samples.values())} samples "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(self.samples.items()))}) over "
+                f"{self.seconds:.0f} s, {self.checked} cells checked, {self.engine_polls} "
+                f"engine snapshots, {self.responses} HTTP responses")
+        lag = sorted(self.behind)
+        if lag:
+            head += (f"; the host panel was behind the engine by p50 {lag[len(lag) // 2]:.2f} s, "
+                     f"p99 {lag[int(0.99 * (len(lag) - 1))]:.2f} s, max {lag[-1]:.2f} s "
+                     f"({len(lag)} reads)")
+        if self.answer_times:
+            answers = sorted(self.answer_times)
+            head += (f"; /status answered in p50 {answers[len(answers) // 2] * 1000:.0f} ms, "
+                     f"max {answers[-1] * 1000:.0f} ms")
+        lines = [head, "scenario: " + "; ".join(self.events),
+                 "violations per rule: " + ", ".join(f"{k} {v}" for k, v in
+                                                    self.per_rule().items())]
+        lines += [str(v) for v in self.violations]
+        return "\n".join(lines)
+
+
+class Sampler:
+    """Reads pages, waits for the engine states just after the read, judges."""
+
+    def __init__(self, history: rules.History, summary: Summary, out: Path):
+        self.history = history
+        self.summary = summary
+        self.out = out
+        self.shots: collections.Counter = collections.Counter()
+        self.pending: list = []
+
+    def sample(self, targets: list[tuple[object, dict]]) -> list[rules.Violation]:
+        """Read every (page, what) in turn, then judge each read against the engine states
+        around it, once the poller has a state from after the last read."""
+        reads = []
+        for page, arg in targets:
+            before = time.time()
+            try:
+                view = page.evaluate(dom.EXTRACT, arg)
+            except Exception as exc:  # a page in the middle of a navigation
+                if "navigat" in str(exc) or "context was destroyed" in str(exc):
+                    continue
+                raise
+            view["read_at"] = after = time.time()
+            if not view.get("missing"):
+                reads.append((page, view, before, after))
+        if not reads:
+            return []
+        last = max(after for _, _, _, after in reads)
+        deadline = last + 5.0  # a busy engine may take seconds to answer
+        while self.history.latest() < last and time.time() < deadline:
+            time.sleep(0.02)
+        found = []
+        for page, view, before, after in reads:
+            window = self.history.window(before, after)
+            verdict = rules.judge(view, window)
+            if (lag := rules.behind(view, window)) is not None:
+                self.summary.behind.append(lag)
+            self.summary.samples[view["kind"]] += 1
+            self.summary.checked += verdict.checked
+            for violation in verdict.violations:
+                self.attach_screenshot(page, violation)
+            found += verdict.violations
+        self.summary.violations.extend(found)
+        return found
+
+    def attach_screenshot(self, page, violation: rules.Violation) -> None:
+        key = (violation.rule, violation.page)
+        self.shots[key] += 1
+        if self.shots[key] > SCREENSHOTS_PER_RULE:
+            violation.screenshot = "(not taken: enough of this rule already)"
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / f"{violation.rule}-{violation.page.replace(' ', '-')}-{self.shots[key]}.png"
+        page.screenshot(path=str(path))
+        violation.screenshot = str(path)
+
+    def response(self, response) -> None:
+        """Called by Playwright for every answer a page got; judged later in `drain`, since
+        a sync-API event handler must not call back into the browser."""
+        self.pending.append(response)
+
+    def drain(self) -> None:
+        """No answer is a 5xx or carries a traceback."""
+        pending, self.pending = self.pending, []
+        for response in pending:
+            self.summary.responses += 1
+            body = ""
+            if response.status >= 500 or "text/html" in (
+                    response.headers.get("content-type") or ""):
+                try:
+                    body = response.text()
+                except Exception:  # noqa: BLE001 - a body that is gone (redirect, navigation)
+                    body = ""
+            violation = rules.check_response(response.url, response.status, body)
+            if violation is not None:
+                self.summary.violations.append(violation)
