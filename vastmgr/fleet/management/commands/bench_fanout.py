@@ -1,6 +1,8 @@
 """`manage.py bench_fanout`: simulated engines → fleet controller(s) → daphne → viewers.
 
-Measures, for every seq that reaches a viewer, the time from the snapshot leaving the load
+Viewers watch pages of the fleet table: viewer i the page (i mod `--pages`) + 1, by default
+spread over every page, so every host's row is watched (the controller's worst case). Measures,
+for every seq that reaches a viewer of its page, the time from the snapshot leaving the load
 generator to the first fleet row carrying that seq arriving at the viewer's websocket (an upper
 bound on "leaving the consumer": it includes the viewer's own read); the CPU of every process
 while the load runs; rows that went back in seq; and how many hosts' final states never reached
@@ -43,6 +45,7 @@ from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
 from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.management.commands.run_fleet import uses_leases, uses_shared_layer
 from vastmgr.fleet.models import HostLease, HostStatus, Machine
+from vastmgr.fleet.table import FleetTableForm
 
 SETTLE_SECONDS = 5.0
 # A controller that just started renders every page until the viewers have re-announced what
@@ -77,6 +80,8 @@ class Command(BaseCommand):
         parser.add_argument("--rate", type=float, default=2.0, help="snapshots/s per host")
         parser.add_argument("--duration", type=float, default=20.0,
                             help="seconds of load per round")
+        parser.add_argument("--pages", type=int, default=0,
+                            help="pages of the fleet table the viewers watch (default: all)")
         parser.add_argument("--rounds", type=int, default=3,
                             help="rounds of load; final states are counted after each")
         parser.add_argument("--controllers", type=int, default=1,
@@ -94,7 +99,7 @@ class Command(BaseCommand):
                                  f"{HOSTS_PER_LOADGEN} hosts)")
 
     def handle(self, *args, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-               loadgen_processes, profile, **options):
+               loadgen_processes, profile, pages, **options):
         if min(hosts, viewers, controllers, rounds) < 1 or rate <= 0 or duration <= 0 \
                 or lease <= 0:
             raise CommandError("--hosts, --viewers, --rounds and --controllers must be >= 1; "
@@ -107,11 +112,12 @@ class Command(BaseCommand):
             raise CommandError("--kill needs --controllers 2 or more (someone must take over)")
         processes = loadgen_processes or math.ceil(hosts / HOSTS_PER_LOADGEN)
         call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
+        pages = pages or math.ceil(hosts / FleetTableForm.PER_PAGE)
         asyncio.run(self.bench(hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                               min(processes, hosts), profile))
+                               min(processes, hosts), profile, pages))
 
     async def bench(self, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                    processes, profile):
+                    processes, profile, pages):
         loadgens = [RemoteLoadGenerator(len(range(i, hosts, processes)), rate)
                     for i in range(processes)]
         await asyncio.gather(*(lg.start() for lg in loadgens))
@@ -143,7 +149,7 @@ class Command(BaseCommand):
         lost: list[dict] = []
         try:
             async with aiohttp.ClientSession() as session:
-                sockets = await self.connect_viewers(session, port, cookie, viewers)
+                sockets = await self.connect_viewers(session, port, cookie, viewers, pages)
                 readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
                 await self.wait_connected(ids, controllers)
                 await asyncio.sleep(WARM_UP_SECONDS)
@@ -217,13 +223,14 @@ class Command(BaseCommand):
 
     @staticmethod
     def count_lost(logs, final: dict[int, int]) -> dict:
-        """Viewer × host final states not shown after a round: older (or never shown), and
-        newer than the final seq (a benchmark accounting error)."""
+        """Viewer × host final states (the hosts on the viewer's page) not shown after a round:
+        older (or never shown), and newer than the final seq (a benchmark accounting error)."""
         older = sum(1 for log in logs for machine_id, seq in final.items()
-                    if log.shown.get(machine_id, -1) < seq)
+                    if machine_id in log.page and log.shown.get(machine_id, -1) < seq)
         newer = sum(1 for log in logs for machine_id, seq in final.items()
-                    if log.shown.get(machine_id, -1) > seq)
-        return {"final_states": len(logs) * len(final), "lost": older, "newer_than_final": newer,
+                    if machine_id in log.page and log.shown.get(machine_id, -1) > seq)
+        return {"final_states": sum(len(log.page & final.keys()) for log in logs),
+                "lost": older, "newer_than_final": newer,
                 "viewer_resyncs": sum(log.full_states for log in logs) - len(logs)}
 
     def register(self, ports):
@@ -241,14 +248,14 @@ class Command(BaseCommand):
         session.create()
         return session.session_key
 
-    async def connect_viewers(self, session, port, cookie, viewers):
+    async def connect_viewers(self, session, port, cookie, viewers, pages):
         deadline = time.monotonic() + 60
         while True:
             try:
                 return [await session.ws_connect(
-                    f"ws://127.0.0.1:{port}/ws/fleet/",
+                    f"ws://127.0.0.1:{port}/ws/fleet/?page={viewer % pages + 1}",
                     headers={"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={cookie}"})
-                    for _ in range(viewers)]
+                    for viewer in range(viewers)]
             except aiohttp.ClientError:
                 if time.monotonic() > deadline:
                     raise CommandError("daphne did not accept websockets within 60 s") from None
@@ -312,6 +319,7 @@ class Command(BaseCommand):
         controller_cpu = sum(share for name, share in cpu.items() if name.startswith("controller"))
         result = {
             "hosts": hosts, "viewers": viewers, "rate": rate, "controllers": controllers,
+            "megabytes_per_viewer": round(sum(log.bytes for log in logs) / len(logs) / 1e6, 2),
             "snapshots_sent": sent, "row_deliveries_measured": len(latencies),
             "messages_received": sum(log.messages for log in logs),
             "megabytes_received": round(sum(log.bytes for log in logs) / 1e6, 1),
