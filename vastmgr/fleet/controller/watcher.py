@@ -20,7 +20,6 @@ from vastmgr.errors import TransportError
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
-from .liveness import HEARTBEAT_INTERVALS
 from .transport import EngineEndpoint, EngineTransport
 
 log = logging.getLogger(__name__)
@@ -188,12 +187,9 @@ class HostWatcher:
         return min(backoff * 2, MAX_BACKOFF)
 
     async def _stream(self, client: EngineClient, slot: RampSlot) -> None:
-        # A stream quiet for HEARTBEAT_INTERVALS is checked with GET /status, so an idle
-        # engine's last_seen keeps up with the heartbeat (well before the 3 intervals that make
-        # a host stale). Not after one interval: an engine sending a snapshot about every
-        # interval would then be asked for its whole status again whenever one came late.
-        async for snapshot in client.stream_snapshots(
-                idle=HEARTBEAT_INTERVALS * max(self.interval, 1.0)):
+        # A stream quiet for an interval is checked with GET /status, so an idle engine's
+        # last_seen keeps up with the clock.
+        async for snapshot in client.stream_snapshots(idle=max(self.interval, 1.0)):
             slot.release()
             if snapshot is None:
                 # A quiet stream is not proof of life: ask directly before trusting it.
