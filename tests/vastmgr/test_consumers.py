@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 
 import pytest
 from channels.db import database_sync_to_async
@@ -12,6 +13,7 @@ from tests.vastmgr.live_engine import session_cookie, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
 from vastmgr.fleet.controller.publish import LayerPublisher, fragment_event, relay_token
+from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP
 from vastmgr.fleet.fragments import fleet_page_group
 from vastmgr.fleet.models import HostStatus, Machine
 from vastmgr.fleet.table import fleet_table
@@ -63,6 +65,26 @@ async def close_code(path, cookie) -> int:
     message = await ws.receive_output(timeout=5)
     assert message["type"] == "websocket.close", message
     return message["code"]
+
+
+async def test_a_fleet_page_socket_sends_and_announces_only_its_pages_rows():
+    """The socket carries the page's query: its state is that page's rows (and the whole
+    fleet's totals), and it tells the controller those rows and no others."""
+    gpus = [await make_machine(f"gpu-{n}") for n in range(3)]
+    layer = get_channel_layer()
+    controller_channel = await layer.new_channel()
+    await layer.group_add(CONTROLLER_GROUP, controller_channel)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws, connected, _ = await connect("/ws/fleet/?q=gpu-1&sort=-name", cookie)
+    assert connected
+    state = await ws.receive_from(timeout=5)
+    rows = re.findall(r'id="host-(\d+)-row"', state)
+    assert rows == [str(gpus[1].pk)] and 'id="fleet-totals"' in state
+    announced = await layer.receive(controller_channel)
+    page = fleet_table(b"q=gpu-1&sort=-name")
+    assert announced["group"] == fleet_page_group(page.page_key())
+    assert announced["rows"] == [gpus[1].pk]
+    await ws.disconnect()
 
 
 @pytest.mark.parametrize("path", ["/ws/fleet/", "/ws/hosts/1/",

@@ -11,6 +11,10 @@ with the DevTools protocol while a benchmark runs.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a development dependency, imported by the benchmark only when asked for
+    from playwright.async_api import Browser, CDPSession, Page
 
 # Installed before any page script, so no long task goes unobserved.
 OBSERVE_LONG_TASKS = """
@@ -25,13 +29,13 @@ class BrowserProbe:
     def __init__(self, name: str):
         self.name = name
         self.bytes = 0
-        self.page = None
-        self.cdp = None
+        self.page: Page
+        self.cdp: CDPSession
         self.started = (0.0, 0.0, 0)  # (wall clock, task seconds, bytes) when measuring began
 
-    async def open(self, browser, url: str, cookie: dict) -> None:
+    async def open(self, browser: Browser, url: str, cookie: dict) -> None:
         context = await browser.new_context()
-        await context.add_cookies([cookie])
+        await context.add_cookies([cookie])  # type: ignore[list-item]
         await context.add_init_script(OBSERVE_LONG_TASKS)
         self.page = await context.new_page()
         self.cdp = await context.new_cdp_session(self.page)
