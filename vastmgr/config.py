@@ -64,7 +64,8 @@ def database(data: Path) -> dj_database_url.DBConfig:
         # IMMEDIATE: a transaction takes the write lock when it begins and waits its turn
         # for it. A deferred one that reads and then writes fails at once with "database is
         # locked" when another process wrote in between (SQLite cannot wait there): renting
-        # an offer 500'd so while the automation and the call-home listener wrote.
+        # an offer 500'd so while the automation and the call-home listener wrote, and Cancel
+        # while the controller wrote (the truth oracle caught it).
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
                 "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
                 "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}

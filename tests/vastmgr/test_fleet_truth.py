@@ -295,6 +295,20 @@ def test_a_host_going_offline_repushes_its_running_proofs_pages_marked_stale(mac
     pages = dict(messages)
     assert f"proof.{job.pk}" in pages
     assert 'data-host-stale="true"' in pages[f"proof.{job.pk}"]
+    # Back live without the job (an engine restart lost it): its page keeps the stale label
+    # (the result waiter re-queues it); back with it: the page is live again.
+    for listed, pushed in (([], False), ([{**SNAPSHOT["pipelines"][0], "request_id": str(job.pk)}],
+                                         True)):
+        controller.connection_changed.clear()
+        live.lost("down again", clock[0] + 2)
+        controller._collect_changes(clock[0] + 2)
+        controller.connection_changed.clear()
+        live.accept({**SNAPSHOT, "seq": SNAPSHOT["seq"] + len(listed) + 1, "pipelines": listed},
+                    "direct", clock[0] + 3)
+        changed = controller._collect_changes(clock[0] + 3)
+        statuses = [controller._status_row(m, clock[0] + 3) for m in changed]
+        messages, _, _ = controller._persist(statuses, controller.connection_changed)
+        assert (f"proof.{job.pk}" in dict(messages)) is pushed, listed
 
 
 def test_a_batch_submit_is_confirmed(admin_client, machine):

@@ -99,14 +99,16 @@ class History:
             return self.states[-1].earliest if self.states else float("-inf")
 
     def window(self, before: float, after: float) -> list[EngineState]:
-        """The states that may have been taken in [before - PUSH_LATENCY, after], and the one
-        in force at its start."""
+        """The states that may have been taken in [before - PUSH_LATENCY, after], the one in
+        force at its start, and the first one polled after it: the engine may have entered that
+        state before the read ended (a push can beat the next poll)."""
         start = before - PUSH_LATENCY
         with self.lock:
             states = list(self.states)
         inside = [s for s in states if s.latest >= start and s.earliest <= after]
         earlier = [s for s in states if s.latest < start]
-        return earlier[-1:] + inside
+        later = [s for s in states if s.earliest > after]
+        return earlier[-1:] + inside + later[:1]
 
 
 def behind(view: Mapping[str, Any], states: list[EngineState]) -> float | None:

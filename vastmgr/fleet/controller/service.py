@@ -298,7 +298,16 @@ class FleetController:
                     for job in adopted:
                         proof_jobs[str(job.pk)] = job
                     cancels.extend((status.machine_id, engine_job) for engine_job in orphaned)
+            by_machine = {status.machine_id: status for status in statuses}
             for job in ProofJob.objects.in_flight().filter(machine_id__in=connection_changed):
+                status = by_machine[job.machine_id]
+                listed = {p.get("request_id") for p in (status.snapshot or {}).get(
+                    "pipelines", [])}
+                if status.connected and str(job.pk) not in listed:
+                    # Back without it (an engine restart loses its jobs): the page keeps its
+                    # stale label until the result waiter re-queues the job, rather than show
+                    # the lost partitions as live.
+                    continue
                 proof_jobs.setdefault(str(job.pk), job)
             update_rows(HostStatus, statuses,
                         ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
