@@ -11,6 +11,7 @@ since the fragment arrived, so a clock never freezes between pushes, and every p
 
 from django import template
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from vastmgr.fleet.fragments import duration
 
@@ -46,5 +47,5 @@ def ticking(seconds, age=0.0, digits: int = 0, down: bool = False):
         '<span class="tick" data-tick-base="{}" data-tick-age="{}" data-tick-digits="{}"{}>'
         "{}</span>",
         f"{float(seconds):.3f}", f"{age:.3f}", digits,
-        format_html(' data-tick-down="1"') if down else "",
+        mark_safe(' data-tick-down="1"') if down else "",
         f"{max(now, 0.0):.{digits}f} s" if digits else duration(max(now, 0.0)))
