@@ -14,16 +14,20 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar, cast
 
 import numpy as np
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("fr.h", "ntt_host.c")
 CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11")
+T = TypeVar("T")
 
 _lock = threading.Lock()
-_loaded: dict[str, NativeFr | None] = {}
+# One build per (compiler, library): None where the build or the load failed.
+_loaded: dict[tuple[str, str], object] = {}
 
 
 def cache_dir() -> Path:
@@ -105,18 +109,24 @@ class NativeFr:
         return out
 
 
-def load() -> NativeFr | None:
-    """The compiled kernels, building them on first use; None when no C compiler works."""
+def load_library(main: str, sources: tuple[str, ...], cflags: tuple[str, ...], name: str,
+                 wrap: Callable[[ctypes.CDLL, Path], T]) -> T | None:
+    """Build `main` (once per compiler and process) and wrap the loaded library; None when no
+    C compiler works or the build fails, so callers fall back to arkworks."""
     compiler = _find_compiler()
     if compiler is None:
         return None
     with _lock:
-        if compiler in _loaded:
-            return _loaded[compiler]
-        try:
-            target = build_library(compiler, "ntt_host.c", SOURCES, CFLAGS, "cuzk_fr")
-            native: NativeFr | None = NativeFr(ctypes.CDLL(str(target)), target)
-        except (OSError, subprocess.CalledProcessError):
-            native = None
-        _loaded[compiler] = native
-        return native
+        key = (compiler, name)
+        if key not in _loaded:
+            try:
+                target = build_library(compiler, main, sources, cflags, name)
+                _loaded[key] = wrap(ctypes.CDLL(str(target)), target)
+            except (OSError, subprocess.CalledProcessError):
+                _loaded[key] = None
+        return cast("T | None", _loaded[key])
+
+
+def load() -> NativeFr | None:
+    """The compiled kernels, building them on first use; None when no C compiler works."""
+    return load_library("ntt_host.c", SOURCES, CFLAGS, "cuzk_fr", NativeFr)

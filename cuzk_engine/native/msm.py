@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
 
-from cuzk_engine.native import _find_compiler, build_library
+from cuzk_engine.native import load_library
 
 SOURCES = ("fr.h", "fp.h", "fp_x64.h", "fp2.h", "jacobian.h", "g1.h", "g2.h", "msm.h", "msm_cpu.h",
            "msm_host.c")
@@ -29,8 +27,6 @@ MIN_WINDOW, MAX_WINDOW = 2, 20
 STATS = ("window", "windows", "general_scalars", "one_scalars", "bucket_additions",
          "reduction_additions", "doublings")
 
-_lock = threading.Lock()
-_loaded: dict[str, NativeMsm | None] = {}
 
 
 THREADS_ENV = "CUZK_MSM_THREADS"
@@ -92,16 +88,4 @@ def load() -> NativeMsm | None:
     CUZK_NATIVE_MSM=0 asks for the arkworks MSMs (the benchmarks' same-run baseline)."""
     if os.environ.get(DISABLE_ENV) == "0":
         return None
-    compiler = _find_compiler()
-    if compiler is None:
-        return None
-    with _lock:
-        if compiler in _loaded:
-            return _loaded[compiler]
-        try:
-            target = build_library(compiler, "msm_host.c", SOURCES, CFLAGS, "cuzk_msm")
-            native: NativeMsm | None = NativeMsm(ctypes.CDLL(str(target)), target)
-        except (OSError, subprocess.CalledProcessError):
-            native = None
-        _loaded[compiler] = native
-        return native
+    return load_library("msm_host.c", SOURCES, CFLAGS, "cuzk_msm", NativeMsm)
