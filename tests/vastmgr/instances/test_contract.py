@@ -5,9 +5,7 @@ that send no secret), with the Vast fake as its provider."""
 
 import asyncio
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +17,7 @@ import pytest
 from tests.conftest import REPO, eventually
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 from tests.vastmgr.remote.fake_vast import FakeVast
-from tests.vastmgr.remote.served import Operator, start_stack
+from tests.vastmgr.remote.served import Operator, served_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -52,14 +50,9 @@ def fake():
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, param_cache, fake):  # noqa: F811 - the fixture imported above
-    served = start_stack(tmp_path_factory.mktemp("callhome"), param_cache, {
+    yield from served_stack(tmp_path_factory.mktemp("callhome"), param_cache, {
         "VAST_URL": fake.url, "VASTMGR_CALLHOME_AUTH": "compat",
         "VASTMGR_CALLHOME_RATE_PER_S": "5", "VASTMGR_CALLHOME_BURST": "100"})
-    yield served
-    if served.up.poll() is None:
-        served.ctrl_c()
-    for line in served.leftovers():
-        os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,14 @@ codes and timings of every answer kept, so a test can assert that no page 500s o
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +81,17 @@ def start_stack(root: Path, param_cache: Path, env: dict[str, str]) -> Stack:
     stack.env.update(env)
     stack.start()
     return stack
+
+
+def served_stack(root: Path, param_cache: Path, env: dict[str, str]) -> Iterator[Stack]:
+    """A module fixture's body: the stack served while the module's tests run, then stopped
+    with Ctrl-C and anything it left behind killed."""
+    stack = start_stack(root, param_cache, env)
+    yield stack
+    if stack.up.poll() is None:
+        stack.ctrl_c()
+    for line in stack.leftovers():
+        os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
 def machine_state(stack: Stack, name: str) -> str | None:

@@ -28,7 +28,7 @@ from .served import (
     last_event,
     machine_id,
     machine_state,
-    start_stack,
+    served_stack,
     wait_event,
     wait_state,
 )
@@ -55,15 +55,10 @@ def sshd(client_key):
 def stack(tmp_path_factory, param_cache, sshd):  # noqa: F811 - the fixture imported above
     # The host has no network: pip installs our wheel alone (the engine's dependencies are on
     # its PYTHONPATH, see real_sshd.py); one tiny benchmark proof gates it.
-    stack = start_stack(tmp_path_factory.mktemp("served-remote"), param_cache, {
+    yield from served_stack(tmp_path_factory.mktemp("served-remote"), param_cache, {
         "VASTMGR_PROVISION_PIP_ARGS": "--no-index", "VASTMGR_REMOTE_PYTHON": host_python(),
         "VASTMGR_MIN_BENCH_RATE": "0.01", "VASTMGR_BENCH_KIND": "winning-post",
         "VASTMGR_BENCH_PROFILE": "tiny", "VASTMGR_BENCH_PROOFS": "1"})
-    yield stack
-    if stack.up.poll() is None:
-        stack.ctrl_c()
-    for line in stack.leftovers():
-        os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
