@@ -40,7 +40,8 @@ EXTRACT = r"""
     const wtext = workers ? workers.textContent : "";
     const waiting = row.querySelector(".waiting-jobs");
     const parts = row.querySelector(".waiting-parts");
-    return read({kind: "fleet", page: "fleet row", stale: stale(row), figures: {
+    const seq = row.dataset.seq ? parseInt(row.dataset.seq) : null;
+    return read({kind: "fleet", page: "fleet row", stale: stale(row), seq, figures: {
       busy_workers: num(wtext, /(\d+)\s*busy/), idle_workers: num(wtext, /(\d+)\s*idle/),
       waiting_jobs: waiting ? num(waiting.textContent, /(\d+)/) : null,
       parts_ready: waiting ? (parts ? num(parts.textContent, /(\d+)/) : 0) : null}});

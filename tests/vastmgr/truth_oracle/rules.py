@@ -367,7 +367,10 @@ def check_workers(view: Mapping[str, Any], states: list[EngineState], verdict: V
 def check_figures(view: Mapping[str, Any], states: list[EngineState], verdict: Verdict) -> None:
     """Counters, queue, synthesis, memory, workers busy/idle, waiting work: each figure shown
     equals the engine's in some state of the window."""
-    engine = [host_figures(s.snapshot) for s in states if s.snapshot is not None]
+    judged = _states_of_shown_seq(view, states)
+    if judged is None:
+        return
+    engine = [host_figures(s.snapshot) for s in judged if s.snapshot is not None]
     if not engine:
         return
     for name, shown in view.get("figures", {}).items():
@@ -385,6 +388,23 @@ def check_figures(view: Mapping[str, Any], states: list[EngineState], verdict: V
         values = [f[name] for f in engine]
         verdict.check(_within(shown, values), "figures", view["page"], name, shown,
                       lambda v=values: sorted(set(v)))
+
+
+def _states_of_shown_seq(view: Mapping[str, Any],
+                         states: list[EngineState]) -> list[EngineState] | None:
+    """The states a view's figures are judged against. A view that names the engine snapshot it
+    shows (its seq) is judged against that snapshot when it was polled; when that seq fell
+    between two polls (a state that lasted less than a poll: the controller's stream saw it,
+    the poller did not) nothing polled can judge it, so None. Otherwise the whole window."""
+    shown = view.get("seq")
+    polled = [s for s in states if s.snapshot is not None]
+    if shown is None or not polled:
+        return states
+    exact = [s for s in polled if s.snapshot.get("seq") == shown]
+    if exact:
+        return exact
+    seqs = [s.snapshot.get("seq", 0) for s in polled]
+    return None if min(seqs) < shown < max(seqs) + 1000 else states
 
 
 def _within(shown: float, values: list, tolerance: float = 0.0) -> bool:

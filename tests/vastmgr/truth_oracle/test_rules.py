@@ -274,3 +274,20 @@ def test_how_far_behind_the_engine_a_host_panel_is():
     assert behind(view, [at(T - 2, 5), at(T - 0.5, 5)]) == 0.0
     assert behind(view, [at(T - 2, 5), at(T - 1.5, 6), at(T - 0.5, 7)]) == 1.5
     assert behind({"seq": None, "read_at": T}, [at(T - 1, 5)]) is None
+
+
+def test_a_fleet_row_is_held_to_the_very_snapshot_it_names():
+    idle = snapshot([], workers=[])
+    one_ready, none_ready = dict(idle, seq=7), dict(idle, seq=9)
+    one_ready["pipelines"] = snapshot(["synth_done"], workers=[])["pipelines"]
+    row = {"kind": "fleet", "page": "fleet row", "stale": False, "read_at": T, "seq": 9,
+           "figures": {"parts_ready": 1}}
+    # seq 9 was polled with nothing ready: the row's 1 is a lie, though seq 7 had one ready
+    assert rules_broken(row, states(one_ready, none_ready)) == ["figures"]
+    # seq 8 came and went between the two polls: the controller's stream saw it, the poller
+    # did not, so nothing polled can judge the row
+    row["seq"] = 8
+    assert rules_broken(row, states(one_ready, none_ready)) == []
+    # a row older than the window is judged against the window, and fails
+    row.update(seq=3, figures={"parts_ready": 4})
+    assert rules_broken(row, states(one_ready, none_ready)) == ["figures"]

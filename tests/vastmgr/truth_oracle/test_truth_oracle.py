@@ -73,8 +73,13 @@ class Operator:
         return state.pipeline(job) if state else None
 
     def on_device(self, job: str) -> bool:
+        """The device has started on the job and has partitions left to prove: a partition
+        may spend less than a poll on the device of an idle machine, so one on it now is not
+        required."""
         p = self.pipeline(job)
-        return p is not None and any(q["state"] == "gpu" for q in p["partitions"])
+        return p is not None and p["status"] == "running" \
+            and any(q["state"] in ("gpu", "finalizing", "done") for q in p["partitions"]) \
+            and any(q["state"] not in ("finalizing", "done") for q in p["partitions"])
 
     def any_on_device(self) -> bool:
         state = self.now()
