@@ -141,7 +141,9 @@ async def test_our_engine_never_shows_a_lie(engine):
                 if len(typed.pipelines) == 4 and all(p.status == "done" for p in typed.pipelines):
                     break
         await stream.aclose()
-    assert {"synthesizing", "gpu", "done"} <= phases  # the snapshots really showed work in flight
+    # the snapshots really showed work in flight (a tiny partition may synthesize between two
+    # stream messages on an idle machine, so either side of synthesis counts)
+    assert {"gpu", "done"} <= phases and phases & {"synthesizing", "synth_done"}
     # Finished jobs stay listed for the engine's retention, then leave: never flagged as stuck.
     assert detector.check(engine.status(), time.monotonic() + 5) == []
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, fields
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from cuzk_engine.engine.snapshot import PipelineSnapshot
 from cuzk_engine.vocabulary import PRIORITY_RANK, UNFINISHED_STATUSES
@@ -223,6 +225,12 @@ def record_result(job_id, machine_id: int, record: dict,
     changes.update(proof=proof, vk=result.vk, public_inputs=result.public_inputs, verified=ok,
                    engine_verified=result.verified)
     if ok:
+        if job.started_at is None:
+            # Dispatched and done between two looks at the engine: it started when the engine
+            # says it did (its total less its queue wait), not never.
+            timings = changes["timings"]
+            ran_ms = max(timings.get("total_ms", 0) - timings.get("queue_ms", 0), 0)
+            changes["started_at"] = timezone.now() - timedelta(milliseconds=ran_ms)
         job.move_to(ProofJob.Status.DONE, **changes)
     else:
         job.fail(error, **changes)

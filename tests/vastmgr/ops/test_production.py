@@ -401,8 +401,10 @@ def test_prometheus_finds_the_fleet_and_the_relayed_engine(deployment):
     eventually(lambda: single_value(prometheus, f'vastmgr_proofs_total{{host="{name}", '
                                                 f'kind="winning-post", status="done"}}') == PROOFS,
                10, "the dashboard's proofs counted")
-    assert single_value(prometheus, 'vastmgr_proof_duration_seconds_count{kind="winning-post"}') \
-        == PROOFS
+    # A query may read the scrape before the one the line above read: wait for it too.
+    eventually(lambda: single_value(
+        prometheus, 'vastmgr_proof_duration_seconds_count{kind="winning-post"}') == PROOFS,
+        10, "every proof's duration in the histogram")
     assert single_value(prometheus, 'sum(vastmgr_controller_tick_seconds_count)') > 0
     assert single_value(prometheus, 'sum(vastmgr_fanout_latency_seconds_count)') > 0
     # Events from the database: the SRS preload's, counted once.
