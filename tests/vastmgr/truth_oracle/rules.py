@@ -311,6 +311,10 @@ def check_cells(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
     """Every partition cell shows a phase its partition was in; a settled job shows none in
     flight (reported apart: the issue's worst lie)."""
     ended = view.get("status") in TERMINAL_STATUSES
+    judged_states = _states_of_shown_seq(view, states)
+    if judged_states is None:
+        return
+    states = judged_states
     for job, cells in _shown_jobs(view):
         for cell in cells:
             allowed, judged = _union(states, lambda s, j=job, c=cell: partition_phases(
