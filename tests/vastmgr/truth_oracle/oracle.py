@@ -2,12 +2,15 @@
 a sampler that reads pages and judges them against those states, and the summary.
 
 The poller runs in a thread (GET /status about ten times a second, and the records of the jobs
-it has seen, GET /v1/proofs/<id>); the browser is driven from the test's thread only
-(Playwright's sync API is not thread-safe).
+it has seen, GET /v1/proofs/<id>); a second thread records the engine's status stream, as the
+controller receives it, so that a page naming a snapshot shorter than a poll can still be judged
+against it. The browser is driven from the test's thread only (Playwright's sync API is not
+thread-safe).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import threading
@@ -17,11 +20,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+
 from cuzk_engine.vocabulary import TERMINAL_STATUSES
 
 from . import dom, rules
 
 POLL_EVERY = 0.1
+STREAM_RETRY = 0.2
 RECORD_EVERY = 0.5  # per unfinished job: records change rarely, /status carries the detail
 SCREENSHOTS_PER_RULE = 3
 
@@ -86,6 +92,43 @@ class EnginePoller(threading.Thread):
         self.join(5)
 
 
+class StreamRecorder(threading.Thread):
+    """Keeps every snapshot the engine's /v1/status/stream sends in `history`, reconnecting
+    (every STREAM_RETRY) while the engine is down, until `stop()`."""
+
+    def __init__(self, engine_url: str, history: rules.History):
+        super().__init__(name="engine-stream", daemon=True)
+        self.url = engine_url + "/v1/status/stream"
+        self.history = history
+        self.received = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._record())
+
+    async def _record(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            while not self.halt.is_set():
+                try:
+                    async with session.ws_connect(self.url, heartbeat=5.0) as ws:
+                        while not self.halt.is_set():
+                            try:
+                                message = await ws.receive(timeout=STREAM_RETRY)
+                            except TimeoutError:
+                                continue  # quiet: nothing changed
+                            if message.type != aiohttp.WSMsgType.TEXT:
+                                break
+                            self.history.add_streamed(time.time(), json.loads(message.data))
+                            self.received += 1
+                except (aiohttp.ClientError, OSError):
+                    pass  # the engine is down (the scenario kills it): try again shortly
+                await asyncio.sleep(STREAM_RETRY)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+
+
 @dataclass
 class Summary:
     samples: collections.Counter = field(default_factory=collections.Counter)
@@ -93,6 +136,7 @@ class Summary:
     violations: list[rules.Violation] = field(default_factory=list)
     responses: int = 0
     engine_polls: int = 0
+    streamed: int = 0  # snapshots the status stream carried
     seconds: float = 0.0
     events: list[str] = field(default_factory=list)
     behind: list[float] = field(default_factory=list)  # host panel reads: seconds behind
@@ -108,7 +152,8 @@ class Summary:
         head = (f"truth oracle: {sum(self.samples.values())} samples "
                 f"({', '.join(f'{k} {v}' for k, v in sorted(self.samples.items()))}) over "
                 f"{self.seconds:.0f} s, {self.checked} cells checked, {self.engine_polls} "
-                f"engine snapshots, {self.responses} HTTP responses")
+                f"engine snapshots polled and {self.streamed} streamed, {self.responses} HTTP "
+                f"responses")
         lag = sorted(self.behind)
         if lag:
             head += (f"; the host panel was behind the engine by p50 {lag[len(lag) // 2]:.2f} s, "
@@ -158,7 +203,7 @@ class Sampler:
             time.sleep(0.02)
         found = []
         for page, view, before, after in reads:
-            window = self.history.window(before, after)
+            window = self.history.window(before, after, view.get("seq"))
             verdict = rules.judge(view, window)
             if (lag := rules.behind(view, window)) is not None:
                 self.summary.behind.append(lag)

@@ -84,6 +84,9 @@ class History:
     def __init__(self, keep: float = 30.0):
         self.keep = keep
         self.states: deque[EngineState] = deque()
+        # What the engine's status stream carried, by seq: the snapshots a page can name that
+        # lasted less than a poll. Only the current engine's (cleared when its seq restarts).
+        self.streamed: dict[int, EngineState] = {}
         self.lock = threading.Lock()
 
     def add(self, state: EngineState) -> None:
@@ -92,23 +95,52 @@ class History:
             while self.states and self.states[0].at < state.at - self.keep:
                 self.states.popleft()
 
+    def add_streamed(self, received: float, snapshot: Mapping[str, Any]) -> None:
+        """A snapshot from the status stream, judged with the job records last polled."""
+        seq = snapshot.get("seq", 0)
+        with self.lock:
+            if self.streamed and seq < max(self.streamed):
+                self.streamed.clear()  # a restarted engine counts from the start again
+            for old in [s for s, state in self.streamed.items()
+                        if state.at < received - self.keep]:
+                del self.streamed[old]
+            records = self.states[-1].records if self.states else {}
+            self.streamed[seq] = EngineState(received, snapshot, records)
+
+    def named(self, seq: int | None, before: float, after: float) -> EngineState | None:
+        """The streamed snapshot with this seq, if the stream carried it and it may have been
+        in force in [before - PUSH_LATENCY, after]: received by the read's end, and no later
+        one received before the window opened."""
+        with self.lock:
+            state = None if seq is None else self.streamed.get(seq)
+            if state is None or state.at > after:
+                return None
+            superseded = any(s > seq and later.at < before - PUSH_LATENCY
+                             for s, later in self.streamed.items())
+            return None if superseded else state
+
     def latest(self) -> float:
         """When the last state's request started: states from after a read exist once this is
         past the read."""
         with self.lock:
             return self.states[-1].earliest if self.states else float("-inf")
 
-    def window(self, before: float, after: float) -> list[EngineState]:
+    def window(self, before: float, after: float, seq: int | None = None) -> list[EngineState]:
         """The states that may have been taken in [before - PUSH_LATENCY, after], the one in
         force at its start, and the first one polled after it: the engine may have entered that
-        state before the read ended (a push can beat the next poll)."""
+        state before the read ended (a push can beat the next poll). With the seq a view names,
+        the streamed snapshot of that seq too, in time order, when it may have been in force."""
         start = before - PUSH_LATENCY
+        named = self.named(seq, before, after)
         with self.lock:
             states = list(self.states)
         inside = [s for s in states if s.latest >= start and s.earliest <= after]
         earlier = [s for s in states if s.latest < start]
         later = [s for s in states if s.earliest > after]
-        return earlier[-1:] + inside + later[:1]
+        window = earlier[-1:] + inside + later[:1]
+        if named is not None:  # in time order: the rules read consecutive states
+            window = sorted([*window, named], key=lambda state: state.at)
+        return window
 
 
 def behind(view: Mapping[str, Any], states: list[EngineState]) -> float | None:

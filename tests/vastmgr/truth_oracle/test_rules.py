@@ -291,3 +291,26 @@ def test_a_fleet_row_is_held_to_the_very_snapshot_it_names():
     # a row older than the window is judged against the window, and fails
     row.update(seq=3, figures={"parts_ready": 4})
     assert rules_broken(row, states(one_ready, none_ready)) == ["figures"]
+
+
+def test_a_snapshot_only_the_stream_carried_judges_the_view_that_names_it():
+    idle = snapshot([], workers=[])
+    one_ready, none_ready = dict(idle, seq=7), dict(idle, seq=9)
+    one_ready["pipelines"] = snapshot(["synth_done"], workers=[])["pipelines"]
+    two_ready = dict(idle, seq=8)
+    two_ready["pipelines"] = snapshot(["synth_done", "synth_done"], workers=[])["pipelines"]
+    history = History()
+    for state in states(one_ready, none_ready):
+        history.add(state)
+    history.add_streamed(T - 0.7, two_ready)  # seq 8 lasted less than a poll
+    row = {"kind": "fleet", "page": "fleet row", "stale": False, "read_at": T, "seq": 8,
+           "figures": {"parts_ready": 2}}
+    assert rules_broken(row, history.window(T - 0.2, T, seq=8)) == []
+    row["figures"] = {"parts_ready": 1}  # seq 8 had two ready, not one
+    assert rules_broken(row, history.window(T - 0.2, T, seq=8)) == ["figures"]
+    # superseded by seq 9 before the window opened: not a state the read could have seen
+    history.add_streamed(T - 0.6, none_ready)
+    assert history.named(8, T - 0.1 + PUSH_LATENCY, T) is None
+    # a restarted engine counts from the start again: the old engine's seq 8 is forgotten
+    history.add_streamed(T - 0.1, dict(idle, seq=1))
+    assert history.named(8, T - 0.2, T) is None

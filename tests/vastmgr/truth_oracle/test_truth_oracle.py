@@ -243,6 +243,7 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
     summary = oracle.Summary()
     sampler = oracle.Sampler(history, summary, OUT)
     poller = oracle.EnginePoller(f"http://127.0.0.1:{engine_port}", history)
+    stream = oracle.StreamRecorder(f"http://127.0.0.1:{engine_port}", history)
     with running_stack(tmp_path, clean_env, params, engine_port=engine_port) as stack:
         context = browser.new_context(viewport=DESKTOP)
         context.on("response", sampler.response)
@@ -254,6 +255,7 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
         host.goto(f"{stack}/hosts/{machine}/")
         proof_tabs = [context.new_page(), context.new_page()]
         poller.start()
+        stream.start()
         op = Operator(operator_tab, fleet, stack, machine, history, engine_port, summary,
                       proof_tabs)
         started = time.time()
@@ -286,8 +288,10 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
                     break
         finally:
             poller.stop()
+            stream.stop()
             summary.seconds = time.time() - started
             summary.engine_polls = poller.polls
+            summary.streamed = stream.received
             summary.answer_times = poller.answer_times
             OUT.mkdir(parents=True, exist_ok=True)
             (OUT / "summary.txt").write_text(summary.text() + "\n")
