@@ -44,6 +44,9 @@ from cuzk_engine.vocabulary import PRIORITY_RANK
 log = logging.getLogger("cuzk_engine.engine")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+# Jobs started apart while their parameters are generated: enough that a generation never
+# holds back the queue, few enough that queued circuits are not all generated ahead of need.
+GENERATING_AT_ONCE = 2
 UNCOLLECTED_RECENT = 60.0  # seconds: a drain also waits for uncollected results this recent
 
 
@@ -217,6 +220,7 @@ class Engine:
         self._synth_queue = PartitionQueue()
         self._gpu_queue = PartitionQueue()
         self._wake_admit = asyncio.Event()
+        self._generating = 0  # jobs started apart while their parameters are generated
         self._wake_synth = asyncio.Event()
         self._wake_gpu = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -510,10 +514,25 @@ class Engine:
         while True:
             await self._wake_admit.wait()
             self._wake_admit.clear()
-            # keep the synthesis stage fed without draining the priority queue into it
+            # Keep the synthesis stage fed without draining the priority queue into it. A job
+            # whose parameters must be generated first (a minute or more) starts on its own,
+            # so the jobs behind it, whose parameters are ready, do not wait for it.
             while (len(self._synth_queue) < self.synth_workers
                    and (job_id := self._job_queue.pop()) is not None):
-                await self._start_job(self._jobs[job_id])
+                job = self._jobs[job_id]
+                if (self._generating < GENERATING_AT_ONCE
+                        and self.srs.must_generate(job.circuit_id)):
+                    self._generating += 1
+                    self._spawn(self._start_generating(job))
+                else:
+                    await self._start_job(job)
+
+    async def _start_generating(self, job: Job) -> None:
+        try:
+            await self._start_job(job)
+        finally:
+            self._generating -= 1
+            self._wake_admit.set()
 
     async def _start_job(self, job: Job) -> bool:
         self.tracker.job_started(job.job_id)

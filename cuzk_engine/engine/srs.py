@@ -108,6 +108,15 @@ class SrsManager:
         self._publish(e)
         return e.params, 0.0, False
 
+    def must_generate(self, circuit_id: str) -> bool:
+        """Whether acquiring these parameters means generating them first (minutes for a big
+        circuit): neither loaded nor on disk."""
+        with self._lock:
+            e = self._entries.get(circuit_id)
+        if e is not None and e.loaded.done():
+            return False
+        return not self._files_present(circuit_id)
+
     def _files_present(self, circuit_id: str) -> bool:
         try:
             self._stages.parameters_file_bytes(self.param_cache, circuit_id)

@@ -70,12 +70,13 @@ class StandInStages:
     """Fast in-process stand-ins for the prover stages (scheduling tests only)."""
 
     def __init__(self, delay=0.0, finish_gate=None, start_gate=None, param_gate=None,
-                 missing=()):
+                 missing=(), generation_gate=None):
         self.delay = delay  # how long synthesis and prove_start work: the sleeps below
         self.finish_gate = finish_gate
         self.start_gate = start_gate  # holds prove_start (a partition on the device)
         self.param_gate = param_gate  # holds parameter generation and loading
         self.missing = set(missing)  # circuits whose parameters must be generated first
+        self.generation_gate = generation_gate  # holds generation only, not loading
         self.events = []
         self.lock = threading.Lock()
         self.loads = 0
@@ -113,8 +114,9 @@ class StandInStages:
         if cid in self.missing:
             if progress is not None:
                 progress(1, 2)
-            if self.param_gate is not None:
-                self.param_gate.wait(5)
+            for gate in (self.param_gate, self.generation_gate):
+                if gate is not None:
+                    gate.wait(5)
             self.missing.discard(cid)
 
     def file_bytes(self, cache, cid):
@@ -555,11 +557,12 @@ async def test_jobs_waiting_for_parameters_say_generating_or_loading_with_progre
     engine = await started(make_config(), si)
     first = engine.submit("winning-post", "tiny", 1)[0]
     second = engine.submit("window-post", "tiny", 1)[0]  # present on disk: loaded, not generated
-    snap = await snapshot_when(engine, lambda s: [p.phase for p in s.pipelines] == [
-        "generating_parameters", "queued"], "the first job generating its parameters")
-    allocation, = snap.allocations["srs"]
-    assert (allocation.circuit_id, allocation.state, allocation.progress) == (
-        "winning-post.tiny", "generating", 0.5)
+    # the second does not wait for the first's generation: it loads its own meanwhile
+    snap = await snapshot_when(engine, lambda s: [(p.phase, p.params_progress) for p in s.pipelines]
+                               == [("generating_parameters", 0.5), ("loading_parameters", None)],
+                               "the first job generating its parameters, half done")
+    assert sorted((a.circuit_id, a.state, a.progress) for a in snap.allocations["srs"]) == [
+        ("window-post.tiny", "loading", None), ("winning-post.tiny", "generating", 0.5)]
     assert pipeline_of(snap, first).params_progress == 0.5
     assert all(p.phase_secs is not None and p.phase_secs >= 0 for p in snap.pipelines)
     assert snapshot_violations(snap) == []
@@ -586,4 +589,20 @@ async def test_jobs_waiting_for_parameters_say_generating_or_loading_with_progre
     assert snapshot_violations(snap) == []
     gate.set()
     await finish(engine, [job])
+    await engine.stop()
+
+
+async def test_a_job_whose_parameters_are_ready_does_not_wait_for_another_jobs_generation():
+    gate = threading.Event()
+    si = StandInStages(generation_gate=gate, missing={"porep-c2.tiny"})
+    engine = await started(make_config(synth=1), si)
+    generating = engine.submit("porep-c2", "tiny", 1)[0]
+    ready = engine.submit("winning-post", "tiny", 2, priority="low")[0]  # on disk: loads at once
+    await asyncio.wait_for(ready.ended.wait(), 3)  # the generation is held 5 s
+    assert ready.status == "done"
+    assert pipeline_of(engine.snapshot(), generating).phase == "generating_parameters"
+    gate.set()
+    await finish(engine, [generating, ready])
+    assert generating.status == "done"
+    assert_clean(engine)
     await engine.stop()
