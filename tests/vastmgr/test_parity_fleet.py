@@ -117,6 +117,19 @@ def test_a_local_engine_has_no_ssh_command(admin_client):
     assert "copy-ssh" not in row.split("</tr>")[0]
 
 
+def test_the_local_engine_cannot_be_destroyed(admin_client):
+    local = make("local", provider="local")
+    row = admin_client.get("/").content.decode().split(f'id="host-{local.pk}-row"')[1]
+    assert "destroy-open" not in row.split("</tr>")[0]
+    assert "Destroy" not in admin_client.get(f"/remote/machines/{local.pk}/").content.decode()
+    # A hand-made post (or a stale page) is refused with the reason, and nothing changes.
+    response = admin_client.post(f"/remote/machines/{local.pk}/destroy/", {"next": "/"})
+    assert response.status_code == 409
+    assert "local engine" in response.content.decode()
+    local.refresh_from_db()
+    assert local.state == Machine.State.RUNNING
+
+
 def test_destroy_from_the_table_returns_to_it_and_needs_staff(client, admin_client, fleet):
     html = admin_client.get("/?state=running").content.decode()
     assert 'id="destroy-dialog"' in html and 'data-action-template="/remote/machines/0/destroy/"' in html

@@ -25,6 +25,13 @@ DEFAULT_STATE_TIMEOUTS_MIN = {
 }
 
 
+# What vast-manager rented: Curio's cuzk image, whose entrypoint fetches parameters,
+# benchmarks and calls home (flavour cuzk-upstream). The env holds no default: vast-manager's
+# PAVAIL secret and server are each operator's own (VASTMGR_UPSTREAM_ENV).
+DEFAULT_UPSTREAM_IMAGE = "magik6k/curio-cuzk:latest"
+DEFAULT_UPSTREAM_ONSTART = "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+
+
 Default = TypeVar("Default", float, None)
 
 
@@ -78,6 +85,10 @@ class RemoteSettings:
     bench_kind: str = "porep-c2"
     bench_profile: str = "small"
     bench_proofs: int = 2
+    # The rent dialog's defaults for an upstream cuzk worker (each user's last choice wins).
+    upstream_image: str = DEFAULT_UPSTREAM_IMAGE
+    upstream_env: str = ""  # KEY=VALUE lines
+    upstream_onstart: str = DEFAULT_UPSTREAM_ONSTART
 
     @classmethod
     def load(cls) -> "RemoteSettings":
@@ -107,4 +118,9 @@ class RemoteSettings:
             bench_kind=_env_choice("VASTMGR_BENCH_KIND", "porep-c2", KINDS),
             bench_profile=_env_choice("VASTMGR_BENCH_PROFILE", "small", PROFILES),
             bench_proofs=max(1, int(_env_float("VASTMGR_BENCH_PROOFS", 2))),
+            upstream_image=os.environ.get("VASTMGR_UPSTREAM_IMAGE", "").strip()
+            or DEFAULT_UPSTREAM_IMAGE,
+            upstream_env="\n".join(_env_args("VASTMGR_UPSTREAM_ENV")),
+            upstream_onstart=os.environ.get("VASTMGR_UPSTREAM_ONSTART", "").strip()
+            or DEFAULT_UPSTREAM_ONSTART,
         )

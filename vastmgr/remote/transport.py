@@ -21,7 +21,8 @@ def has_engine(machine: Machine) -> bool:
     """Whether provisioning has configured an engine there (it writes the token before it
     starts the engine), or the machine runs someone else's (an upstream daemon)."""
     if machine.is_upstream:
-        return True
+        # Added by hand: its address is known. Rented: once Vast has given it one.
+        return bool(machine.host)
     return machine.state != Machine.State.REGISTERED and bool(machine.engine_token)
 
 

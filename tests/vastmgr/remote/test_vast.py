@@ -319,7 +319,8 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
     offer = fake_vast.add_offer(gpu_name="RTX 4090", num_gpus=2, machine_id=42)
     client = client_for(fake_vast, no_sleep)
 
-    machine = await vast.rent(client, RentRequest.from_offer(offer, image="img:1", disk_gb=40))
+    machine = await vast.rent(client, RentRequest.from_offer(
+        offer, deployment=vast.Deployment(image="img:1"), disk_gb=40))
 
     assert machine.provider == Machine.Provider.VAST and machine.state == Machine.State.REGISTERED
     assert machine.name == f"vast-{machine.vast_instance_id}" and machine.host == ""
