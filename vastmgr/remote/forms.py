@@ -12,6 +12,7 @@ from django import forms
 from vastmgr.fleet.models import Machine
 from vastmgr.instances.models import SECRET_ENV
 
+from .conf import parse_env
 from .vast import MIN_RATE_ENV, Deployment
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
@@ -208,33 +209,18 @@ class BulkIgnoreForm(ErrorMessage, forms.Form):
         return _ids_in_range(ids, "machine")
 
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Vast's limit on the onstart script (with any docker args) of one instance.
 ONSTART_MAX = 4096
-ENV_MAX = 4000  # characters of KEY=VALUE lines; Vast passes them as docker -e flags
+ENV_MAX = 4000  # characters of NAME=value lines; Vast passes them as docker -e flags
 # Set by vastmgr on every upstream rental: a person's env may not replace them.
 UPSTREAM_RESERVED_ENV = (SECRET_ENV, MIN_RATE_ENV)
 
 
-def parse_env(text: str) -> dict[str, str]:
-    """KEY=VALUE lines (blank lines and # comments skipped) as a dict; a malformed line, a
-    repeated or reserved name is a ValidationError naming it."""
-    env: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, sep, value = line.partition("=")
-        name = name.strip()
-        if not sep or not ENV_NAME.fullmatch(name):
-            raise forms.ValidationError(f"line {number}: expected NAME=value, where NAME is "
-                                        "letters, digits and _ (not starting with a digit)")
-        if name in env:
-            raise forms.ValidationError(f"line {number}: {name} is set twice")
-        if name in UPSTREAM_RESERVED_ENV:
-            raise forms.ValidationError(f"line {number}: {name} is set by vastmgr itself")
-        env[name] = value.strip()
-    return env
+def checked_env(text: str) -> dict[str, str]:
+    try:
+        return parse_env(text, UPSTREAM_RESERVED_ENV)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 class RentForm(ErrorMessage, forms.Form):
@@ -278,7 +264,7 @@ class RentForm(ErrorMessage, forms.Form):
         return image
 
     def clean_env(self) -> str:
-        parse_env(self.cleaned_data["env"])  # raises with the line at fault
+        checked_env(self.cleaned_data["env"])  # raises with the line at fault
         return self.cleaned_data["env"].strip()
 
     def clean(self) -> dict[str, Any]:
@@ -294,7 +280,7 @@ class RentForm(ErrorMessage, forms.Form):
         if data["engine_flavour"] != Machine.Flavour.CUZK_UPSTREAM:
             return Deployment()
         return Deployment(flavour=Machine.Flavour.CUZK_UPSTREAM, image=data["image"],
-                          env=parse_env(data["env"]), onstart=data["onstart"].strip())
+                          env=checked_env(data["env"]), onstart=data["onstart"].strip())
 
 
 # A Docker reference: [registry/]name[:tag][@digest], no whitespace.

@@ -35,7 +35,7 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 
 from . import alerts
-from .conf import RemoteSettings
+from .conf import RemoteSettings, parse_env
 from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -132,6 +132,9 @@ class OfferFilter:
     disk_gb: float = DEFAULT_DISK_GB
     limit: int = 50
     order: tuple = (("dph_total", "asc"),)
+    # (column, operator, value) in Vast's own terms, e.g. from vast-manager's filter string;
+    # they come last, so they override the defaults above.
+    conditions: tuple[tuple[str, str, Any], ...] = ()
 
     def query(self) -> dict[str, Any]:
         """The search body, as the official client builds it (units, names, defaults)."""
@@ -163,6 +166,8 @@ class OfferFilter:
             q["cuda_max_good"] = {"gte": self.min_cuda}
         if self.min_cpu_cores is not None:
             q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
+        for column, operator, value in self.conditions:
+            q.setdefault(column, {})[operator] = value
         return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
@@ -423,6 +428,12 @@ class Deployment:
     image: str = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
     env: dict[str, str] = field(default_factory=dict)
     onstart: str = DEFAULT_ONSTART
+
+    @classmethod
+    def upstream_defaults(cls, settings: RemoteSettings) -> "Deployment":
+        """An upstream cuzk worker as the settings describe it (vast-manager's deploy)."""
+        return cls(flavour=Machine.Flavour.CUZK_UPSTREAM, image=settings.upstream_image,
+                   env=parse_env(settings.upstream_env), onstart=settings.upstream_onstart)
 
     @property
     def upstream(self) -> bool:

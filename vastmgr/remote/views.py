@@ -340,8 +340,8 @@ def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     rented = []
     for offer_id in data["offer_ids"]:
         try:
-            rented.append(rent_offer(offer_id, data["max_price_per_proof"], data["disk_gb"],
-                                     form.deployment()))
+            rented.append(rent_offer(offer_id, data["disk_gb"], form.deployment(),
+                                     max_price_per_proof=data["max_price_per_proof"]))
         except (vast.VastError, SecretUnavailable) as exc:
             messages.error(request, f"offer {offer_id}: {exc}")
     for machine in rented:
@@ -352,9 +352,10 @@ def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("fleet" if rented else "remote:offers")
 
 
-def rent_offer(offer_id: int, max_price_per_proof: Decimal, disk_gb: int,
-               deployment: vast.Deployment, *, min_rate: int | None = None) -> Machine:
-    """Rent one offer by id; its machine must benchmark `min_rate` proofs/h, by default
+def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
+               max_price_per_proof: Decimal | None = None, min_rate: int | None = None
+               ) -> Machine:
+    """Rent one offer by id; its machine must benchmark `min_rate` proofs/h, else
     ceil($/h ÷ max $/proof)."""
     client = vast.VastClient.from_settings()
     # Looked up by id, so any offer in the market can be rented, priced with the disk the
@@ -366,7 +367,8 @@ def rent_offer(offer_id: int, max_price_per_proof: Decimal, disk_gb: int,
         raise vast.VastError(f"offer {offer_id} has no price: not rented")
     request = vast.RentRequest.from_offer(
         offer, disk_gb=disk_gb, deployment=deployment,
-        min_bench_rate=min_rate or min_bench_rate(offer["dph_total"], max_price_per_proof))
+        min_bench_rate=min_rate or min_bench_rate(
+            offer["dph_total"], max_price_per_proof or RentForm.DEFAULT_MAX_PRICE_PER_PROOF))
     return async_to_sync(vast.rent)(client, request)
 
 
