@@ -244,3 +244,39 @@ def test_a_destroyed_instance_shows_no_current_figures_and_a_stopped_uptime(admi
     assert "data-tick" not in uptime  # a stopped clock does not run in the browser
     assert uptime == fragments.duration(remote.billing_ended.timestamp() - started)
     assert "destroy-open" not in row
+
+
+def test_a_row_expands_to_its_facts_live_panel_and_logs_per_source(client, admin_client, fleet):
+    from vastmgr.instances.models import Instance, LogLine
+
+    alpha = fleet["a"]
+    row = admin_client.get("/").content.decode().split(f'id="host-{alpha.pk}-row"')[1]
+    assert f'aria-controls="host-{alpha.pk}-detail"' in row.split("</tr>")[0]
+    assert f'data-detail-url="/fragments/fleet/{alpha.pk}/detail/"' in row
+    instance = Instance.objects.create(uuid="0b5c9d2e-0000-4000-8000-00000000000a",
+                                       label="C.1", runner_id=7, machine=alpha,
+                                       state=Instance.State.PARAMS_DONE)
+    LogLine.push(instance.uuid, "setup", b"fetching params\nparams ok\n")
+    LogLine.push(instance.uuid, "benchout", b"rate=61.5\n")
+
+    html = admin_client.get(f"/fragments/fleet/{alpha.pk}/detail/").content.decode()
+    assert html.lstrip().startswith(f'<tr id="host-{alpha.pk}-detail"')
+    assert 'data-callhome-state="params_done"' in html and instance.uuid in html
+    assert "2 × RTX 4090" in html and "alpha.example" in html
+    # The host page's own socket keeps the panel live, and the panel is the host page's.
+    assert f'ws-connect="/ws/hosts/{alpha.pk}/"' in html and f'id="host-{alpha.pk}-panel"' in html
+    tabs = re.findall(r'role="tab"[^>]*aria-selected="(\w+)"[^>]*>(\w+)</button>', html)
+    assert tabs == [("true", "all"), ("false", "benchout"), ("false", "setup")]
+    assert "[setup] params ok" in html and "[benchout] rate=61.5" in html
+
+    logs = admin_client.get(f"/fragments/fleet/{alpha.pk}/logs/?source=setup").content.decode()
+    assert "params ok" in logs and "rate=61.5" not in logs and "[setup]" not in logs
+    assert re.search(r'aria-selected="true"[^>]*>setup<', logs)
+    assert f'hx-get="/fragments/fleet/{alpha.pk}/logs/?source=setup"' in logs  # polls its tab
+    # An unknown source is the whole log, an unknown machine a 404, a visitor goes to log in.
+    assert "rate=61.5" in admin_client.get(
+        f"/fragments/fleet/{alpha.pk}/logs/?source=nope").content.decode()
+    assert admin_client.get("/fragments/fleet/999999/detail/").status_code == 404
+    assert client.get(f"/fragments/fleet/{alpha.pk}/detail/").status_code == 302
+    quiet = admin_client.get(f"/fragments/fleet/{fleet['b'].pk}/detail/").content.decode()
+    assert "No logs pushed" in quiet
