@@ -11,13 +11,28 @@
   function row(id) { return document.getElementById("host-" + id + "-row"); }
   function detail(id) { return document.getElementById("host-" + id + "-detail"); }
 
+  // Fetched details land here first: the row they belong under may be replaced by a push
+  // while the request is out, so they are put in place (by sync) when they arrive.
+  function holder() {
+    var body = document.getElementById("fleet-detail-holder");
+    if (body) return body;
+    var table = document.createElement("table");
+    table.hidden = true;
+    body = document.createElement("tbody");
+    body.id = "fleet-detail-holder";
+    table.appendChild(body);
+    document.body.appendChild(table);
+    return body;
+  }
+
   function fetchDetail(id) {
     var tr = row(id);
     var toggle = tr && tr.querySelector(".row-toggle");
     if (!toggle || loading[id] || !window.htmx) return;
     loading[id] = true;
+    holder();
     window.htmx.ajax("GET", toggle.getAttribute("data-detail-url"),
-                     { target: "#host-" + id + "-row", swap: "afterend" })
+                     { target: "#fleet-detail-holder", swap: "beforeend" })
       .then(function () { delete loading[id]; sync(); },
             function () { delete loading[id]; });
   }
@@ -44,12 +59,19 @@
       var tr = row(id), shown = detail(id);
       if (!tr) {  // filtered out or destroyed: nothing to show it under
         delete open[id];
-        if (shown) shown.remove();
+        if (shown) window.htmx.remove(shown);
         return;
       }
       if (!shown) fetchDetail(id);
       else if (tr.nextElementSibling !== shown) tr.after(shown);
     });
+    // One that arrived after its row was closed again is not wanted.
+    var waiting = document.getElementById("fleet-detail-holder");
+    if (waiting) {
+      Array.prototype.forEach.call(waiting.children, function (late) {
+        if (!open[late.getAttribute("data-detail-for")]) window.htmx.remove(late);
+      });
+    }
   }
 
   document.addEventListener("click", function (event) {

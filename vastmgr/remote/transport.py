@@ -33,6 +33,9 @@ class SSHTunnelTransport(EngineTransport):
 
     @classmethod
     def for_machine(cls, machine) -> "SSHTunnelTransport":
+        if machine.is_upstream and not has_engine(machine):
+            raise TransportError("no address yet: its cuzk status is watched once the provider "
+                                 "gives it one")
         if not has_engine(machine):
             raise TransportError(f"no engine yet ({machine.state}): not watched until "
                                  "provisioning configures one")
