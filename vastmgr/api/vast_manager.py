@@ -163,9 +163,10 @@ async def _read_status(machine: Machine) -> bytes:
     port = await background.pool.get(machine.pk).tunnel(machine.engine_port)
     headers = {"Authorization": f"Bearer {machine.engine_token}"} \
         if machine.engine_token and not machine.is_upstream else {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=STATUS_READ_S)) as http:
-        async with http.get(f"http://127.0.0.1:{port}/status", headers=headers) as answer:
-            if answer.status != 200:
-                raise aiohttp.ClientResponseError(answer.request_info, (), status=answer.status,
-                                                  message=f"GET /status answered {answer.status}")
-            return await answer.read()
+    timeout = aiohttp.ClientTimeout(total=STATUS_READ_S)
+    async with aiohttp.ClientSession(timeout=timeout) as http, \
+            http.get(f"http://127.0.0.1:{port}/status", headers=headers) as answer:
+        if answer.status != 200:
+            raise aiohttp.ClientResponseError(answer.request_info, (), status=answer.status,
+                                              message=f"GET /status answered {answer.status}")
+        return await answer.read()

@@ -268,7 +268,8 @@ class RentForm(ErrorMessage, forms.Form):
         return self.cleaned_data["env"].strip()
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("engine_flavour") == Machine.Flavour.CUZK_UPSTREAM and \
                 "image" in data and not data["image"]:
             self.add_error("image", "an upstream worker needs the image it runs")

@@ -4,6 +4,7 @@ turned into conditions in Vast's own terms, as the official CLI turns them: its 
 `cuda_vers`), RAM in GB (×1000 to Vast's MB), `_` for spaces in GPU names, `in [a,b]` lists.
 A term it cannot read is an error naming it, never a silently wider search."""
 
+import math
 import re
 from typing import Any
 
@@ -77,7 +78,7 @@ def _value(column: str, raw: str) -> Any:
             unit = " of GB" if column in GB_COLUMNS else ""
             raise FilterError(f"{column}: {raw!r} is not a number{unit}") from None
         return raw.replace("_", " ") if column == "gpu_name" else raw
-    if number != number or number in (float("inf"), float("-inf")):
+    if not math.isfinite(number):
         raise FilterError(f"{column}: {raw!r} is not a finite number")
     if column in GB_COLUMNS:
         number *= 1000
