@@ -294,12 +294,30 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     detail.wait_for(state="detached")
     assert row.locator(".row-toggle").get_attribute("aria-expanded") == "false"
 
-    # Offers: bulk ignore marks both machines bad (the database agrees).
+    # Offers: a bulk rent of two makes two machines (Vast and the database agree).
+    for machine in (40004, 40005):
+        fake_vast.add_offer(gpu_name="RTX 4090", machine_id=machine)
     page.goto(f"{stack}/remote/offers/")
     page.fill("input[name=api_key]", API_KEY)
     page.get_by_role("button", name="Save key").click()
     page.fill("#id_gpu_name", "RTX 4090")
     page.get_by_role("button", name="Search").click()
+    for machine in (40004, 40005):
+        offer_row(page, machine).locator(".select-offer").check()
+    page.get_by_role("button", name="Rent selected…").click()
+    page.locator("#rent-dialog").get_by_role("button", name="Rent").click()
+    page.wait_for_url(f"{stack}/")
+    rented = {i["machine_id"]: f"vast-{i['id']}" for i in fake_vast.instances.values()}
+    assert set(rented) == {40004, 40005}
+    stored = {m["vast_machine_id"]: m["name"] for m in api(page, "/api/v1/machines")
+              if m["provider"] == "vast"}
+    assert stored == rented
+    for name in rented.values():
+        fleet_row(page, name).wait_for()
+
+    # Bulk ignore marks both machines bad (the database agrees); Remove on the bad-hosts page
+    # takes one off again.
+    page.goto(f"{stack}/remote/offers/?gpu_name=RTX+4090")
     for machine in (40002, 40003):
         offer_row(page, machine).locator(".select-offer").check()
     page.fill("#offers-form input[name=reason]", "too slow last time")
@@ -310,6 +328,12 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
                       "40003": "too slow last time (by ops)"}
     for machine in (40002, 40003):
         assert offer_row(page, machine).get_by_role("button", name=re.compile("^BAD")).count() == 1
+    page.goto(f"{stack}/remote/bad-hosts/")
+    page.get_by_role("button", name="Remove vast machine 40002 from the list").click()
+    page.wait_for_load_state()
+    assert [b["machine_id"] for b in api(page, "/api/dashboard")["bad_hosts"]] == ["40003"]
+    assert "40002" not in page.locator("#bad-hosts").inner_text()
+    page.goto(f"{stack}/remote/offers/?gpu_name=RTX+4090")
 
     # Rent the third as an upstream cuzk worker: the image, env and onstart fields show only
     # for it, with the settings' defaults; what was typed is what Vast receives.
@@ -328,7 +352,8 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     rent.get_by_role("button", name="Rent").click()
     page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
     machine_pk = int(re.search(r"/machines/(\d+)/", page.url).group(1))
-    [(vast_id, instance)] = fake_vast.instances.items()
+    [(vast_id, instance)] = [(i, r) for i, r in fake_vast.instances.items()
+                             if r["machine_id"] == 40001]
     env = dict(instance["extra_env"])
     secret = env.pop("VASTMGR_CALLHOME_SECRET")
     assert env == {"PAVAIL": "pa-secret", "PAVAIL_SERVER": "192.0.2.7:22222",

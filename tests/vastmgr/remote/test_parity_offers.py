@@ -123,6 +123,9 @@ async def test_an_upstream_cuzk_worker_is_rented_with_its_image_env_and_onstart(
     page = (await sync_to_async(staff.get)("/remote/offers/")).content.decode()
     # The defaults are vast-manager's image and onstart (settings), offered hidden until chosen.
     assert 'value="magik6k/curio-cuzk:latest"' in page
+    # Our engine is the first choice, under the value the form takes.
+    assert re.search(r'name="engine_flavour" value="(\w+)" checked', page).group(1) == \
+        Machine.Flavour.CUZK_ENGINE
     assert "nohup /usr/local/bin/entrypoint.sh &gt; /var/log/entrypoint.log 2&gt;&amp;1 &amp;" in page
 
     response = await sync_to_async(staff.post)("/remote/offers/rent/", {
