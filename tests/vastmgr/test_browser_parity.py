@@ -103,6 +103,8 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     page.fill("input[name=reason]", "kernel panics")
     page.get_by_role("button", name="Mark bad").click()
     page.locator("#bad-hosts", has_text="kernel panics").wait_for()
+    assert {b["machine_id"]: b["reason"] for b in api(page, "/api/dashboard")["bad_hosts"]} \
+        == {"40002": "kernel panics (by ops)"}
 
     # Its offer shows a BAD badge; clicking it asks, Esc keeps it, Unmark removes it.
     page.go_back()
@@ -123,6 +125,7 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     dialog.get_by_role("button", name="Unmark").click()
     page.wait_for_load_state()
     assert offer_row(page, 40002).get_by_role("button", name=re.compile("^BAD")).count() == 0
+    assert api(page, "/api/dashboard")["bad_hosts"] == []
 
     # Multi-select: the rent dialog lists both, with $/day and ceil($/h ÷ max $/proof).
     for machine_id in (40001, 40002):
