@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, eventually
+from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 from tests.vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.remote.served import Operator, served_stack
@@ -285,6 +285,9 @@ def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, fake, o
 def test_an_upstream_worker_rented_from_the_dialog_calls_home_and_its_machine_follows(
         stack, fake, home, operator):
     # vast-manager's deploy, from the rent dialog: its image, env and onstart reach Vast as is.
+    # Its SSH address is a closed port: the controller's watch of its status fails at once,
+    # and no real sshd on this machine is asked.
+    fake.vast.ssh_endpoint = ("127.0.0.1", free_port())
     fake.vast.add_offer(id=5151, machine_id=5150, gpu_name="RTX 4090")
     assert operator.post("/remote/offers/api-key/", {"api_key": API_KEY},
                          form="/remote/offers/").status == 200
