@@ -17,6 +17,7 @@ from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import judge_benchmark
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, RentPreference, Secret, VastSync
+from vastmgr.remote.transport import has_engine
 
 from .conftest import API_KEY
 
@@ -137,6 +138,10 @@ async def test_an_upstream_cuzk_worker_is_rented_with_its_image_env_and_onstart(
     machine = await Machine.objects.select_related("remote").aget(provider="vast")
     assert response.status_code == 302 and response.url == f"/remote/machines/{machine.pk}/"
     assert machine.engine_flavour == "cuzk-upstream" and machine.engine_port == 9821
+    # Watched (its cuzk status through the SSH tunnel) once Vast has given it an address.
+    assert machine.host == "" and not has_engine(machine)
+    machine.host = "203.0.113.9"
+    assert has_engine(machine)
     [create] = [body for method, _, body, _ in fake_vast.requests if method == "PUT"]
     min_rate = machine.remote.min_bench_rate
     assert min_rate == math.ceil(Decimal(str(fake_vast.instances[machine.vast_instance_id][
