@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from vastmgr.fleet import detail as fleet_detail
 from vastmgr.fleet import views as fleet_views
 from vastmgr.metrics import views as metrics_views
 from vastmgr.proofs import views as proof_views
@@ -18,6 +19,9 @@ urlpatterns = [
     path("proofs/<uuid:job_id>/retry/", proof_views.proof_retry, name="proof-retry"),
     path("proofs/<uuid:job_id>/<str:name>", proof_views.proof_download, name="proof-download"),
     path("fragments/fleet/", fleet_views.fleet_fragment, name="fleet-fragment"),
+    path("fragments/fleet/<int:machine_id>/detail/", fleet_detail.row_detail,
+         name="fleet-row-detail"),
+    path("fragments/fleet/<int:machine_id>/logs/", fleet_detail.row_logs, name="fleet-row-logs"),
     path("fragments/hosts/<int:machine_id>/", fleet_views.host_fragment, name="host-fragment"),
     path("fragments/hosts/<int:machine_id>/charts/", fleet_views.host_charts,
          name="host-charts"),

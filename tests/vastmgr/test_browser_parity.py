@@ -3,18 +3,24 @@ stack (`manage.py up`) with the strict fake Vast as the provider: keyboard short
 they are ignored while typing), the bad-hosts page, the BAD badge that unmarks after a confirm,
 the offers multi-select and the rent dialog's minimum rate and $/day, a rent, the fleet table's
 server-side sort and filter surviving the socket's full state, the SSH-command copy button and
-destroy with its confirm dialog. Screenshots of the fleet and offers pages go to
-test-output/browser/ (parity-fleet.png, parity-offers.png)."""
+destroy with its confirm dialog; a row expanded inline (keyboard, live panel, logs per source,
+kept across a full-state swap); bulk ignore; an upstream cuzk worker rented from the dialog
+whose instance calls home while its machine page follows. Each checks what is shown against the
+fake Vast, the engine or the database (through the JSON API) at that moment. Screenshots go to
+test-output/browser/ (parity-fleet.png, parity-offers.png, parity-row-expanded.png)."""
 
 import asyncio
+import json
 import math
 import re
 import threading
+import urllib.request
 from decimal import Decimal
 
 import asyncssh
 import pytest
 
+from tests.conftest import free_port
 from tests.vastmgr import test_browser
 from tests.vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
@@ -48,8 +54,17 @@ def fake_vast():
 
 
 @pytest.fixture
-def stack(tmp_path, clean_env, param_cache, fake_vast):
-    with running_stack(tmp_path, {**clean_env, "VAST_URL": fake_vast.url}, param_cache) as url:
+def ports():
+    """The call-home listener's and the local engine's ports: free ones, never the defaults
+    another stack on this machine may hold."""
+    return {"callhome": free_port(), "engine": free_port()}
+
+
+@pytest.fixture
+def stack(tmp_path, clean_env, param_cache, fake_vast, ports):
+    env = {**clean_env, "VAST_URL": fake_vast.url,
+           "VASTMGR_CALLHOME_PORT": str(ports["callhome"])}
+    with running_stack(tmp_path, env, param_cache, engine_port=ports["engine"]) as url:
         yield url
 
 
@@ -88,6 +103,8 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     page.fill("input[name=reason]", "kernel panics")
     page.get_by_role("button", name="Mark bad").click()
     page.locator("#bad-hosts", has_text="kernel panics").wait_for()
+    assert {b["machine_id"]: b["reason"] for b in api(page, "/api/dashboard")["bad_hosts"]} \
+        == {"40002": "kernel panics (by ops)"}
 
     # Its offer shows a BAD badge; clicking it asks, Esc keeps it, Unmark removes it.
     page.go_back()
@@ -108,6 +125,7 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     dialog.get_by_role("button", name="Unmark").click()
     page.wait_for_load_state()
     assert offer_row(page, 40002).get_by_role("button", name=re.compile("^BAD")).count() == 0
+    assert api(page, "/api/dashboard")["bad_hosts"] == []
 
     # Multi-select: the rent dialog lists both, with $/day and ceil($/h ÷ max $/proof).
     for machine_id in (40001, 40002):
@@ -202,3 +220,180 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     page.wait_for_function(f"window.__pageToken !== {token!r}")
     page.keyboard.press("l")
     page.wait_for_url(f"{stack}/events/")
+
+
+def api(page, path: str):
+    """The database's view through the JSON API, in this page's session (the oracle)."""
+    answer = page.request.get(page.url.split("/", 3)[0] + "//" + page.url.split("/", 3)[2] + path)
+    assert answer.ok, (path, answer.status)
+    return answer.json()
+
+
+class CallHome:
+    """An image built for vast-manager, calling home as main.go's protocol says, with the
+    deployment secret its rental put in its environment."""
+
+    def __init__(self, port: int, secret: str):
+        self.url, self.secret = f"http://127.0.0.1:{port}", secret
+
+    def send(self, path: str, body: bytes | dict, headers: dict | None = None):
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        request = urllib.request.Request(self.url + path, data=data, method="POST", headers={
+            "Authorization": f"Bearer {self.secret}", **(headers or {})})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            raw = answer.read()
+            return json.loads(raw) if raw else None
+
+
+def fleet_row(page, name: str):
+    return page.locator("#fleet-rows tr[data-host]", has=page.locator(
+        f".host-cell a.truncate:text-is('{name}')"))
+
+
+def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
+        stack, page, fake_vast, ports):
+    # The local engine's row opens from the keyboard: its facts, its live panel, its logs.
+    row = fleet_row(page, "local")
+    machine_id = row.get_attribute("data-host")
+    toggle = row.locator(".row-toggle")
+    assert toggle.get_attribute("aria-expanded") == "false"
+    page.evaluate("""() => document.addEventListener("htmx:wsOpen", event => {
+        if (event.target.closest(".row-detail")) window.__detailSocket = true; }, true)""")
+    toggle.focus()
+    page.keyboard.press("Enter")
+    detail = page.locator(f"#host-{machine_id}-detail")
+    detail.wait_for()
+    assert toggle.get_attribute("aria-expanded") == "true"
+    assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
+    truth = api(page, f"/api/v1/machines/{machine_id}")
+    assert f"{truth['provider']} · {truth['state']}" in detail.locator(".facts").inner_text()
+    page.wait_for_function("window.__detailSocket === true")
+    panel = detail.locator(f"#host-{machine_id}-panel")
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports['engine']}/status", timeout=10) as r:
+        engine_seq = json.load(r)["seq"]
+    # An idle engine: the panel shows the snapshot the engine is at now (or one pushed since).
+    page.wait_for_function(
+        "([el, seq]) => Number(el.getAttribute('data-snapshot-seq')) >= seq",
+        arg=[panel.element_handle(), engine_seq])
+    assert "No logs pushed" in detail.locator(".detail-logs").inner_text()
+
+    # The socket's full state replaces the table body (and the detail row with it): the row is
+    # open again at once, under its row, with its toggle still saying so.
+    page.evaluate("""async () => {
+        const html = await (await fetch("/fragments/fleet/")).text();
+        const t = document.createElement("template"); t.innerHTML = html;
+        for (const fresh of [...t.content.children]) {
+            const old = fresh.id && document.getElementById(fresh.id);
+            if (old) { old.replaceWith(fresh); htmx.process(fresh); }
+        }
+    }""")
+    detail.wait_for()
+    row = fleet_row(page, "local")
+    assert row.locator(".row-toggle").get_attribute("aria-expanded") == "true"
+    assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
+    # Pressed again: it closes.
+    row.locator(".row-toggle").focus()
+    page.keyboard.press(" ")
+    detail.wait_for(state="detached")
+    assert row.locator(".row-toggle").get_attribute("aria-expanded") == "false"
+
+    # Offers: a bulk rent of two makes two machines (Vast and the database agree).
+    for machine in (40004, 40005):
+        fake_vast.add_offer(gpu_name="RTX 4090", machine_id=machine)
+    page.goto(f"{stack}/remote/offers/")
+    page.fill("input[name=api_key]", API_KEY)
+    page.get_by_role("button", name="Save key").click()
+    page.fill("#id_gpu_name", "RTX 4090")
+    page.get_by_role("button", name="Search").click()
+    for machine in (40004, 40005):
+        offer_row(page, machine).locator(".select-offer").check()
+    page.get_by_role("button", name="Rent selected…").click()
+    page.locator("#rent-dialog").get_by_role("button", name="Rent").click()
+    page.wait_for_url(f"{stack}/")
+    rented = {i["machine_id"]: f"vast-{i['id']}" for i in fake_vast.instances.values()}
+    assert set(rented) == {40004, 40005}
+    stored = {m["vast_machine_id"]: m["name"] for m in api(page, "/api/v1/machines")
+              if m["provider"] == "vast"}
+    assert stored == rented
+    for name in rented.values():
+        fleet_row(page, name).wait_for()
+
+    # Bulk ignore marks both machines bad (the database agrees); Remove on the bad-hosts page
+    # takes one off again.
+    page.goto(f"{stack}/remote/offers/?gpu_name=RTX+4090")
+    for machine in (40002, 40003):
+        offer_row(page, machine).locator(".select-offer").check()
+    page.fill("#offers-form input[name=reason]", "too slow last time")
+    page.get_by_role("button", name="Ignore selected (mark bad)").click()
+    page.wait_for_load_state()
+    marked = {b["machine_id"]: b["reason"] for b in api(page, "/api/dashboard")["bad_hosts"]}
+    assert marked == {"40002": "too slow last time (by ops)",
+                      "40003": "too slow last time (by ops)"}
+    for machine in (40002, 40003):
+        assert offer_row(page, machine).get_by_role("button", name=re.compile("^BAD")).count() == 1
+    page.goto(f"{stack}/remote/bad-hosts/")
+    page.get_by_role("button", name="Remove vast machine 40002 from the list").click()
+    page.wait_for_load_state()
+    assert [b["machine_id"] for b in api(page, "/api/dashboard")["bad_hosts"]] == ["40003"]
+    assert "40002" not in page.locator("#bad-hosts").inner_text()
+    page.goto(f"{stack}/remote/offers/?gpu_name=RTX+4090")
+
+    # Rent the third as an upstream cuzk worker: the image, env and onstart fields show only
+    # for it, with the settings' defaults; what was typed is what Vast receives.
+    offer_row(page, 40001).get_by_role("button", name="Rent…").click()
+    rent = page.locator("#rent-dialog")
+    fields = rent.locator(".upstream-fields")
+    assert not fields.is_visible()
+    rent.get_by_label("an upstream cuzk worker").check()
+    assert fields.is_visible()
+    assert rent.locator("input[name=image]").input_value() == "magik6k/curio-cuzk:latest"
+    onstart = rent.locator("textarea[name=onstart]").input_value()
+    assert onstart == "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+    rent.locator("textarea[name=env]").fill("PAVAIL=pa-secret\nPAVAIL_SERVER=192.0.2.7:22222")
+    page.fill("#rent-dialog input[name=max_price_per_proof]", "0.01")
+    min_rate = rent.locator(".rent-summary .min-rate").text_content()
+    rent.get_by_role("button", name="Rent").click()
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    machine_pk = int(re.search(r"/machines/(\d+)/", page.url).group(1))
+    [(vast_id, instance)] = [(i, r) for i, r in fake_vast.instances.items()
+                             if r["machine_id"] == 40001]
+    env = dict(instance["extra_env"])
+    secret = env.pop("VASTMGR_CALLHOME_SECRET")
+    assert env == {"PAVAIL": "pa-secret", "PAVAIL_SERVER": "192.0.2.7:22222",
+                   "MIN_RATE": f"{int(min_rate):.1f}"}
+    assert (instance["image_uuid"], instance["onstart"], instance["image_runtype"]) == \
+        ("magik6k/curio-cuzk:latest", onstart, "ssh_direc ssh_proxy")
+    truth = api(page, f"/api/v1/machines/{machine_pk}")
+    assert (truth["engine_flavour"], truth["state"]) == ("cuzk-upstream", "registered")
+
+    # Its instance calls home with that secret; the machine page follows each state.
+    home = CallHome(ports["callhome"], secret)
+    me = home.send("/register", {"label": f"C.{vast_id}", "min_rate": float(env["MIN_RATE"])})
+    badge = f"machine-{machine_pk}-state"  # re-read every 3 s: swapped, so found by id
+    for path, body, state in (("/param-done", {"uuid": me["uuid"]}, "params_ready"),
+                              ("/bench-done", {"uuid": me["uuid"], "rate": 1e6}, "benchmarked"),
+                              ("/running", {"uuid": me["uuid"]}, "running")):
+        home.send(path, body)
+        page.wait_for_function("([id, s]) => document.getElementById(id).textContent === s",
+                               arg=[badge, state], timeout=15_000)
+        assert api(page, f"/api/v1/machines/{machine_pk}")["state"] == state
+    home.send("/api/log-push", b"fetching params\nparams ok\n",
+              {"X-Instance-UUID": me["uuid"], "X-Log-Source": "setup"})
+    home.send("/api/log-push", b"cuzk up\n", {"X-Instance-UUID": me["uuid"],
+                                                "X-Log-Source": "cuzk"})
+
+    # Its fleet row opens on its call-home state and its logs, a tab per source.
+    page.goto(f"{stack}/")
+    row = fleet_row(page, f"vast-{vast_id}")
+    row.locator(".row-toggle").click()
+    detail = page.locator(f"#host-{machine_pk}-detail")
+    detail.wait_for()
+    assert detail.locator("[data-callhome-state]").get_attribute("data-callhome-state") == \
+        "running"
+    detail.get_by_role("tab", name="setup").click()
+    page.wait_for_function(
+        f"document.getElementById('host-{machine_pk}-logs').dataset.source === 'setup'")
+    shown = detail.locator("pre.log").inner_text().splitlines()
+    stored = [line["text"] for line in api(page, f"/api/instance-logs/{me['uuid']}?source=setup")]
+    assert shown == stored == ["fetching params", "params ok"]
+    screenshot(page, "parity-row-expanded")

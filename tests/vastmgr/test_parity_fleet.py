@@ -117,6 +117,19 @@ def test_a_local_engine_has_no_ssh_command(admin_client):
     assert "copy-ssh" not in row.split("</tr>")[0]
 
 
+def test_the_local_engine_cannot_be_destroyed(admin_client):
+    local = make("local", provider="local")
+    row = admin_client.get("/").content.decode().split(f'id="host-{local.pk}-row"')[1]
+    assert "destroy-open" not in row.split("</tr>")[0]
+    assert "Destroy" not in admin_client.get(f"/remote/machines/{local.pk}/").content.decode()
+    # A hand-made post (or a stale page) is refused with the reason, and nothing changes.
+    response = admin_client.post(f"/remote/machines/{local.pk}/destroy/", {"next": "/"})
+    assert response.status_code == 409
+    assert "local engine" in response.content.decode()
+    local.refresh_from_db()
+    assert local.state == Machine.State.RUNNING
+
+
 def test_destroy_from_the_table_returns_to_it_and_needs_staff(client, admin_client, fleet):
     html = admin_client.get("/?state=running").content.decode()
     assert 'id="destroy-dialog"' in html and 'data-action-template="/remote/machines/0/destroy/"' in html
@@ -231,3 +244,39 @@ def test_a_destroyed_instance_shows_no_current_figures_and_a_stopped_uptime(admi
     assert "data-tick" not in uptime  # a stopped clock does not run in the browser
     assert uptime == fragments.duration(remote.billing_ended.timestamp() - started)
     assert "destroy-open" not in row
+
+
+def test_a_row_expands_to_its_facts_live_panel_and_logs_per_source(client, admin_client, fleet):
+    from vastmgr.instances.models import Instance, LogLine
+
+    alpha = fleet["a"]
+    row = admin_client.get("/").content.decode().split(f'id="host-{alpha.pk}-row"')[1]
+    assert f'aria-controls="host-{alpha.pk}-detail"' in row.split("</tr>")[0]
+    assert f'data-detail-url="/fragments/fleet/{alpha.pk}/detail/"' in row
+    instance = Instance.objects.create(uuid="0b5c9d2e-0000-4000-8000-00000000000a",
+                                       label="C.1", runner_id=7, machine=alpha,
+                                       state=Instance.State.PARAMS_DONE)
+    LogLine.push(instance.uuid, "setup", b"fetching params\nparams ok\n")
+    LogLine.push(instance.uuid, "benchout", b"rate=61.5\n")
+
+    html = admin_client.get(f"/fragments/fleet/{alpha.pk}/detail/").content.decode()
+    assert html.lstrip().startswith(f'<tr id="host-{alpha.pk}-detail"')
+    assert 'data-callhome-state="params_done"' in html and instance.uuid in html
+    assert "2 × RTX 4090" in html and "alpha.example" in html
+    # The host page's own socket keeps the panel live, and the panel is the host page's.
+    assert f'ws-connect="/ws/hosts/{alpha.pk}/"' in html and f'id="host-{alpha.pk}-panel"' in html
+    tabs = re.findall(r'role="tab"[^>]*aria-selected="(\w+)"[^>]*>(\w+)</button>', html)
+    assert tabs == [("true", "all"), ("false", "benchout"), ("false", "setup")]
+    assert "[setup] params ok" in html and "[benchout] rate=61.5" in html
+
+    logs = admin_client.get(f"/fragments/fleet/{alpha.pk}/logs/?source=setup").content.decode()
+    assert "params ok" in logs and "rate=61.5" not in logs and "[setup]" not in logs
+    assert re.search(r'aria-selected="true"[^>]*>setup<', logs)
+    assert f'hx-get="/fragments/fleet/{alpha.pk}/logs/?source=setup"' in logs  # polls its tab
+    # An unknown source is the whole log, an unknown machine a 404, a visitor goes to log in.
+    assert "rate=61.5" in admin_client.get(
+        f"/fragments/fleet/{alpha.pk}/logs/?source=nope").content.decode()
+    assert admin_client.get("/fragments/fleet/999999/detail/").status_code == 404
+    assert client.get(f"/fragments/fleet/{alpha.pk}/detail/").status_code == 302
+    quiet = admin_client.get(f"/fragments/fleet/{fleet['b'].pk}/detail/").content.decode()
+    assert "No logs pushed" in quiet

@@ -1,7 +1,7 @@
 from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, path
 
-from . import views
+from . import vast_manager, views
 from .dashboard import compat
 from .v1 import api
 
@@ -18,6 +18,8 @@ def _own_auth(patterns: list) -> list:
 
 
 v1_patterns, v1_app, v1_namespace = api.urls
+# vast_manager's routes join `compat` when imported (above), before its URLs are read.
+assert vast_manager.compat is compat
 compat_patterns, compat_app, compat_namespace = compat.urls
 
 urlpatterns = [

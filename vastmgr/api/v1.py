@@ -147,6 +147,8 @@ def machine_action(request: HttpRequest, action: Action, machine_id: int = Id):
     (202) and report through the machine's events."""
     user = _staff(request, "act on machines").get_username()
     machine = _machine(machine_id)
+    if action == "destroy" and (refused := machine.destroy_refusal()):
+        raise HttpError(409, refused)
     if machine.provider == Machine.Provider.LOCAL:
         raise HttpError(409, f"{machine.name} is a local engine without SSH: nothing to "
                              f"{action}")

@@ -106,6 +106,14 @@ class Machine(models.Model):
     def is_upstream(self) -> bool:
         return self.engine_flavour == self.Flavour.CUZK_UPSTREAM
 
+    def destroy_refusal(self) -> str:
+        """Why this machine can never be destroyed ('' when it can, or already was): the
+        pages hide its Destroy button, and every destroy path refuses with this."""
+        if self.provider == self.Provider.LOCAL:
+            return (f"{self.name} is the local engine, which `./dev up` runs on this host: it "
+                    "cannot be destroyed from the dashboard (stop the stack instead)")
+        return ""
+
     @property
     def can_prove(self) -> bool:
         """Whether vastmgr can submit proofs and SRS actions to this machine's engine."""

@@ -4,6 +4,7 @@ Minutes everywhere, because that is how operators think about host timeouts.
 """
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -23,6 +24,36 @@ DEFAULT_STATE_TIMEOUTS_MIN = {
     "params_ready": 45.0,
     "benchmarked": 30.0,
 }
+
+
+# What vast-manager rented: Curio's cuzk image, whose entrypoint fetches parameters,
+# benchmarks and calls home (flavour cuzk-upstream). The env holds no default: vast-manager's
+# PAVAIL secret and server are each operator's own (VASTMGR_UPSTREAM_ENV).
+DEFAULT_UPSTREAM_IMAGE = "magik6k/curio-cuzk:latest"
+DEFAULT_UPSTREAM_ONSTART = "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_env(text: str, reserved: tuple[str, ...] = ()) -> dict[str, str]:
+    """KEY=VALUE lines (blank lines and # comments skipped) as a dict. A malformed line, a
+    repeated name or one of `reserved` is a ValueError naming the line."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise ValueError(f"line {number}: expected NAME=value, where NAME is letters, "
+                             "digits and _ (not starting with a digit)")
+        if name in env:
+            raise ValueError(f"line {number}: {name} is set twice")
+        if name in reserved:
+            raise ValueError(f"line {number}: {name} is set by vastmgr itself")
+        env[name] = value.strip()
+    return env
 
 
 Default = TypeVar("Default", float, None)
@@ -56,6 +87,16 @@ def _env_args(name: str) -> tuple[str, ...]:
         raise SettingsError(f"{name}={raw!r} is not a shell-quoted argument list ({exc})") from None
 
 
+def _env_lines(name: str) -> str:
+    """Shell-quoted NAME=value words as the rent dialog's lines, checked."""
+    lines = "\n".join(_env_args(name))
+    try:
+        parse_env(lines)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    return lines
+
+
 @dataclass(frozen=True)
 class RemoteSettings:
     vast_url: str = DEFAULT_VAST_URL
@@ -78,6 +119,10 @@ class RemoteSettings:
     bench_kind: str = "porep-c2"
     bench_profile: str = "small"
     bench_proofs: int = 2
+    # The rent dialog's defaults for an upstream cuzk worker (each user's last choice wins).
+    upstream_image: str = DEFAULT_UPSTREAM_IMAGE
+    upstream_env: str = ""  # KEY=VALUE lines
+    upstream_onstart: str = DEFAULT_UPSTREAM_ONSTART
 
     @classmethod
     def load(cls) -> "RemoteSettings":
@@ -107,4 +152,9 @@ class RemoteSettings:
             bench_kind=_env_choice("VASTMGR_BENCH_KIND", "porep-c2", KINDS),
             bench_profile=_env_choice("VASTMGR_BENCH_PROFILE", "small", PROFILES),
             bench_proofs=max(1, int(_env_float("VASTMGR_BENCH_PROOFS", 2))),
+            upstream_image=os.environ.get("VASTMGR_UPSTREAM_IMAGE", "").strip()
+            or DEFAULT_UPSTREAM_IMAGE,
+            upstream_env=_env_lines("VASTMGR_UPSTREAM_ENV"),
+            upstream_onstart=os.environ.get("VASTMGR_UPSTREAM_ONSTART", "").strip()
+            or DEFAULT_UPSTREAM_ONSTART,
         )

@@ -1,5 +1,6 @@
 import math
 import os
+import re
 import stat
 from decimal import Decimal
 from pathlib import Path
@@ -9,6 +10,10 @@ import asyncssh
 from django import forms
 
 from vastmgr.fleet.models import Machine
+from vastmgr.instances.models import SECRET_ENV
+
+from .conf import parse_env
+from .vast import MIN_RATE_ENV, Deployment
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
 MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused
@@ -204,15 +209,36 @@ class BulkIgnoreForm(ErrorMessage, forms.Form):
         return _ids_in_range(ids, "machine")
 
 
+# Vast's limit on the onstart script (with any docker args) of one instance.
+ONSTART_MAX = 4096
+ENV_MAX = 4000  # characters of NAME=value lines; Vast passes them as docker -e flags
+# Set by vastmgr on every upstream rental: a person's env may not replace them.
+UPSTREAM_RESERVED_ENV = (SECRET_ENV, MIN_RATE_ENV)
+
+
+def checked_env(text: str) -> dict[str, str]:
+    try:
+        return parse_env(text, UPSTREAM_RESERVED_ENV)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class RentForm(ErrorMessage, forms.Form):
     """The rent dialog: the offers, the most a proof may cost (which sets the benchmark each
-    machine must reach: ceil($/h ÷ max $/proof)) and the disk."""
+    machine must reach: ceil($/h ÷ max $/proof)), the disk, and what runs there: our engine
+    (provisioned over SSH) or Curio's cuzk image (upstream) with its image, env and onstart."""
 
     offer_ids = forms.TypedMultipleChoiceField(coerce=int, label="Offers")
     max_price_per_proof = forms.DecimalField(min_value=Decimal("0.00001"), max_value=10,
                                              max_digits=8, decimal_places=5,
                                              label="Max $/proof")
     disk_gb = forms.IntegerField(min_value=16, max_value=2000, label="Disk (GB)")
+    engine_flavour = forms.ChoiceField(choices=Machine.Flavour.choices, required=False,
+                                       label="Engine")
+    image = forms.CharField(max_length=255, required=False, label="Image")
+    env = forms.CharField(max_length=ENV_MAX, required=False, strip=False, label="Env")
+    onstart = forms.CharField(max_length=ONSTART_MAX, required=False, strip=False,
+                              label="Onstart")
 
     DEFAULT_MAX_PRICE_PER_PROOF = Decimal("0.008")  # vast-manager's default
 
@@ -226,6 +252,41 @@ class RentForm(ErrorMessage, forms.Form):
         if len(ids) > MAX_BULK_RENT:
             raise forms.ValidationError(f"at most {MAX_BULK_RENT} offers at once")
         return _ids_in_range(ids, "offer")
+
+    def clean_engine_flavour(self) -> str:
+        return self.cleaned_data["engine_flavour"] or Machine.Flavour.CUZK_ENGINE
+
+    def clean_image(self) -> str:
+        image = self.cleaned_data["image"].strip()
+        if image and not IMAGE.fullmatch(image):
+            raise forms.ValidationError("a Docker image reference such as "
+                                        "magik6k/curio-cuzk:latest (no spaces)")
+        return image
+
+    def clean_env(self) -> str:
+        checked_env(self.cleaned_data["env"])  # raises with the line at fault
+        return self.cleaned_data["env"].strip()
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        if data.get("engine_flavour") == Machine.Flavour.CUZK_UPSTREAM and \
+                "image" in data and not data["image"]:
+            self.add_error("image", "an upstream worker needs the image it runs")
+        return data
+
+    def deployment(self) -> "Deployment":
+        """What the rented instance runs, from the cleaned data."""
+        data = self.cleaned_data
+        if data["engine_flavour"] != Machine.Flavour.CUZK_UPSTREAM:
+            return Deployment()
+        return Deployment(flavour=Machine.Flavour.CUZK_UPSTREAM, image=data["image"],
+                          env=checked_env(data["env"]), onstart=data["onstart"].strip())
+
+
+# A Docker reference: [registry/]name[:tag][@digest], no whitespace.
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+
 
 def _ids_in_range(ids: list[int], what: str) -> list[int]:
     if any(not 0 <= i <= MAX_ID for i in ids):

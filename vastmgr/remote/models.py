@@ -159,6 +159,13 @@ class RentPreference(models.Model):
                                 related_name="rent_preference")
     max_price_per_proof = models.DecimalField(max_digits=8, decimal_places=5)
     disk_gb = models.PositiveIntegerField()
+    # What runs there: our engine (provisioned over SSH) or Curio's cuzk image (upstream),
+    # with the image, env (KEY=VALUE lines) and onstart command it was rented with.
+    engine_flavour = models.CharField(max_length=20, choices=Machine.Flavour.choices,
+                                      default=Machine.Flavour.CUZK_ENGINE)
+    image = models.CharField(max_length=255, blank=True)
+    env = models.TextField(blank=True)
+    onstart = models.TextField(blank=True)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

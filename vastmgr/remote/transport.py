@@ -21,7 +21,8 @@ def has_engine(machine: Machine) -> bool:
     """Whether provisioning has configured an engine there (it writes the token before it
     starts the engine), or the machine runs someone else's (an upstream daemon)."""
     if machine.is_upstream:
-        return True
+        # Added by hand: its address is known. Rented: once Vast has given it one.
+        return bool(machine.host)
     return machine.state != Machine.State.REGISTERED and bool(machine.engine_token)
 
 
@@ -32,6 +33,9 @@ class SSHTunnelTransport(EngineTransport):
 
     @classmethod
     def for_machine(cls, machine) -> "SSHTunnelTransport":
+        if machine.is_upstream and not has_engine(machine):
+            raise TransportError("no address yet: its cuzk status is watched once the provider "
+                                 "gives it one")
         if not has_engine(machine):
             raise TransportError(f"no engine yet ({machine.state}): not watched until "
                                  "provisioning configures one")

@@ -35,7 +35,7 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 
 from . import alerts
-from .conf import RemoteSettings
+from .conf import RemoteSettings, parse_env
 from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -132,6 +132,9 @@ class OfferFilter:
     disk_gb: float = DEFAULT_DISK_GB
     limit: int = 50
     order: tuple = (("dph_total", "asc"),)
+    # (column, operator, value) in Vast's own terms, e.g. from vast-manager's filter string;
+    # they come last, so they override the defaults above.
+    conditions: tuple[tuple[str, str, Any], ...] = ()
 
     def query(self) -> dict[str, Any]:
         """The search body, as the official client builds it (units, names, defaults)."""
@@ -163,6 +166,8 @@ class OfferFilter:
             q["cuda_max_good"] = {"gte": self.min_cuda}
         if self.min_cpu_cores is not None:
             q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
+        for column, operator, value in self.conditions:
+            q.setdefault(column, {})[operator] = value
         return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
@@ -407,6 +412,42 @@ def estimate_rate(machine_id, gpu_name: str, gpu_count: int) -> tuple[float | No
 
 # ------------------------------------------------------------------ rent, reconcile, destroy
 
+# vast-manager handed its image the benchmark's minimum (proofs/h) in this variable; the
+# image registers with it, and its call home's bench-done is judged against it.
+MIN_RATE_ENV = "MIN_RATE"
+# Where Curio's cuzk daemon serves GET /status in its image (cuzk's example status_listen).
+UPSTREAM_STATUS_PORT = 9821
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a rented instance runs: our engine (a CUDA base image, provisioned over SSH
+    afterwards), or an upstream cuzk image that sets itself up and calls home."""
+
+    flavour: str = Machine.Flavour.CUZK_ENGINE
+    image: str = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    env: dict[str, str] = field(default_factory=dict)
+    onstart: str = DEFAULT_ONSTART
+
+    @classmethod
+    def upstream_defaults(cls, settings: RemoteSettings) -> "Deployment":
+        """An upstream cuzk worker as the settings describe it (vast-manager's deploy)."""
+        return cls(flavour=Machine.Flavour.CUZK_UPSTREAM, image=settings.upstream_image,
+                   env=parse_env(settings.upstream_env), onstart=settings.upstream_onstart)
+
+    @property
+    def upstream(self) -> bool:
+        return self.flavour == Machine.Flavour.CUZK_UPSTREAM
+
+    def instance_env(self, callhome_secret: str, min_rate: int | None) -> dict[str, str]:
+        """The instance's environment: the operator's, the call-home secret, and for an
+        upstream image the minimum rate as vast-manager sent it (`30.0`)."""
+        env = {**self.env, SECRET_ENV: callhome_secret}
+        if self.upstream and min_rate is not None:
+            env[MIN_RATE_ENV] = f"{min_rate:.1f}"
+        return env
+
+
 @dataclass(frozen=True)
 class RentRequest:
     offer_id: int
@@ -415,9 +456,9 @@ class RentRequest:
     gpu_name: str
     gpu_count: int
     dph_total: float | None
-    image: str = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
     disk_gb: int = DEFAULT_DISK_GB
     min_bench_rate: int | None = None  # None: the configured minimum
+    deployment: Deployment = Deployment()
 
     @classmethod
     def from_offer(cls, offer: dict, **overrides) -> "RentRequest":
@@ -441,10 +482,12 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
     machine, label = await sync_to_async(_register_renting)(request, key)
     # The instance presents this secret when it calls home (vastmgr.instances).
     callhome = await sync_to_async(DeploySecret.issue)(machine=machine, note=label)
+    deployment = request.deployment
     try:
         instance_id = await client.create_instance(
-            request.offer_id, image=request.image, disk_gb=request.disk_gb, label=label,
-            env={SECRET_ENV: callhome}, machine=machine)
+            request.offer_id, image=deployment.image, disk_gb=request.disk_gb, label=label,
+            onstart=deployment.onstart or DEFAULT_ONSTART,
+            env=deployment.instance_env(callhome, request.min_bench_rate), machine=machine)
     except VastOutcomeUnknown as exc:
         instance_id = await _find_created(client, machine, label, exc)
     except VastError as exc:
@@ -467,12 +510,16 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
             vast_machine_id=request.machine_id, vast_host_id=request.host_id,
             gpu_name=request.gpu_name, gpu_count=request.gpu_count,
             price_per_hour=_price(request.dph_total),
+            engine_flavour=request.deployment.flavour,
+            **({"engine_port": UPSTREAM_STATUS_PORT} if request.deployment.upstream else {}),
         )
         remote = RemoteHost.objects.create(machine=machine, vast_label=label,
                                            min_bench_rate=request.min_bench_rate)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
-        Event.record("vast", f"renting offer {request.offer_id} as {label}", machine=machine,
-                     data={"offer_id": request.offer_id, "label": label})
+        what = f" (image {request.deployment.image})" if request.deployment.upstream else ""
+        Event.record("vast", f"renting offer {request.offer_id} as {label}{what}",
+                     machine=machine, data={"offer_id": request.offer_id, "label": label,
+                                            "flavour": request.deployment.flavour})
     return machine, label
 
 

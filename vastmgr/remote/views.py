@@ -25,6 +25,7 @@ from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
 from .actions import ACTIONS, LAUNCHED, offered, why_not
+from .conf import RemoteSettings
 from .forms import (
     MAX_BULK_RENT,
     AddHostForm,
@@ -159,6 +160,10 @@ def _provisioner(machine_id: int) -> Provisioner:
 def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     user = request.user.get_username()
+    if action == "destroy" and (refused := machine.destroy_refusal()):
+        # A stale page or a hand-made post: refused, never a kill of what cannot be destroyed.
+        return HttpResponse(f"Not destroyed: {refused}.", status=409,
+                            content_type="text/plain; charset=utf-8")
     refusal = why_not(machine, action) if action in ACTIONS else ""
     if machine.provider == Machine.Provider.LOCAL and (action in ACTIONS or action == "clear-host-key"):
         messages.error(request, f"{machine.name} is a local engine without SSH: there is "
@@ -295,8 +300,14 @@ def rent_defaults(user: User) -> dict:
     """The rent dialog's starting values: this user's last choice, else vast-manager's."""
     saved = RentPreference.objects.filter(user=user).first()
     price = saved.max_price_per_proof if saved else RentForm.DEFAULT_MAX_PRICE_PER_PROOF
+    configured = RemoteSettings.load()
     return {"max_price_per_proof": price.normalize(),  # 0.004, not 0.00400
-            "disk_gb": saved.disk_gb if saved else vast.DEFAULT_DISK_GB}
+            "disk_gb": saved.disk_gb if saved else vast.DEFAULT_DISK_GB,
+            "engine_flavour": saved.engine_flavour if saved else Machine.Flavour.CUZK_ENGINE,
+            # An upstream worker's image, env and onstart: the user's last, else the settings'.
+            "image": saved.image if saved and saved.image else configured.upstream_image,
+            "env": saved.env if saved and saved.image else configured.upstream_env,
+            "onstart": saved.onstart if saved and saved.image else configured.upstream_onstart}
 
 
 @staff_member_required
@@ -323,11 +334,14 @@ def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
                                       content_type="text/plain; charset=utf-8")
     data = form.cleaned_data
     RentPreference.objects.update_or_create(user=request.user, defaults={
-        "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"]})
+        "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"],
+        "engine_flavour": data["engine_flavour"], "image": data["image"], "env": data["env"],
+        "onstart": data["onstart"]})
     rented = []
     for offer_id in data["offer_ids"]:
         try:
-            rented.append(_rent_one(offer_id, data["max_price_per_proof"], data["disk_gb"]))
+            rented.append(rent_offer(offer_id, data["disk_gb"], form.deployment(),
+                                     max_price_per_proof=data["max_price_per_proof"]))
         except (vast.VastError, SecretUnavailable) as exc:
             messages.error(request, f"offer {offer_id}: {exc}")
     for machine in rented:
@@ -338,7 +352,11 @@ def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("fleet" if rented else "remote:offers")
 
 
-def _rent_one(offer_id: int, max_price_per_proof: Decimal, disk_gb: int) -> Machine:
+def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
+               max_price_per_proof: Decimal | None = None, min_rate: int | None = None
+               ) -> Machine:
+    """Rent one offer by id; its machine must benchmark `min_rate` proofs/h, else
+    ceil($/h ÷ max $/proof)."""
     client = vast.VastClient.from_settings()
     # Looked up by id, so any offer in the market can be rented, priced with the disk the
     # rent asks for.
@@ -348,8 +366,9 @@ def _rent_one(offer_id: int, max_price_per_proof: Decimal, disk_gb: int) -> Mach
     if offer.get("dph_total") is None:
         raise vast.VastError(f"offer {offer_id} has no price: not rented")
     request = vast.RentRequest.from_offer(
-        offer, disk_gb=disk_gb,
-        min_bench_rate=min_bench_rate(offer["dph_total"], max_price_per_proof))
+        offer, disk_gb=disk_gb, deployment=deployment,
+        min_bench_rate=min_rate or min_bench_rate(
+            offer["dph_total"], max_price_per_proof or RentForm.DEFAULT_MAX_PRICE_PER_PROOF))
     return async_to_sync(vast.rent)(client, request)
 
 

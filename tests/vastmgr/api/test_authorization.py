@@ -37,7 +37,9 @@ EVERY_OPERATION = [("get", "/api/v1/machines"), ("get", "/api/v1/machines/1"),
                    ("get", "/api/v1/events"), ("get", "/api/v1/fleet"),
                    ("get", "/api/v1/offers"), ("post", "/api/v1/offers/1/rent"),
                    ("get", "/api/dashboard"), ("get", "/api/instance-logs/x"),
-                   ("get", "/api/host-perf"), ("post", "/api/kill")]
+                   ("get", "/api/host-perf"), ("post", "/api/kill"),
+                   ("get", "/api/manager-logs"), ("get", "/api/offers?filter=num_gpus=1"),
+                   ("post", "/api/deploy"), ("get", "/api/cuzk-status/x")]
 
 
 @pytest.mark.parametrize("token", [None, "Bearer vmapi_not-a-token", "Basic b3BzOnB3"])

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, eventually
+from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 from tests.vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.remote.served import Operator, served_stack
@@ -280,3 +280,64 @@ def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, fake, o
     assert home.get("/api/v1/machines")[0] == 404  # the API is not on the call-home port
     assert Instance(stack.url).get("/api/v1/machines")[0] == 401
 
+
+
+def test_an_upstream_worker_rented_from_the_dialog_calls_home_and_its_machine_follows(
+        stack, fake, home, operator):
+    # vast-manager's deploy, from the rent dialog: its image, env and onstart reach Vast as is.
+    # Its SSH address is a closed port: the controller's watch of its status fails at once,
+    # and no real sshd on this machine is asked.
+    fake.vast.ssh_endpoint = ("127.0.0.1", free_port())
+    fake.vast.add_offer(id=5151, machine_id=5150, gpu_name="RTX 4090")
+    assert operator.post("/remote/offers/api-key/", {"api_key": API_KEY},
+                         form="/remote/offers/").status == 200
+    onstart = "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+    rented = operator.post("/remote/offers/rent/", {
+        "offer_ids": [5151], "disk_gb": 250, "max_price_per_proof": "0.008",
+        "engine_flavour": "cuzk-upstream", "image": "magik6k/curio-cuzk:latest",
+        "env": "PAVAIL=pa-secret\nPAVAIL_SERVER=192.0.2.7:22222", "onstart": onstart},
+        form="/remote/offers/")
+    machine_pk = int(re.search(r"/remote/machines/(\d+)/", rented.url).group(1))
+    [(_, _, create, _)] = [r for r in fake.vast.requests
+                           if r[0] == "PUT" and r[1] == "/api/v0/asks/5151/"]
+    secret = create["env"].pop("VASTMGR_CALLHOME_SECRET")
+    min_rate = stack.query("SELECT min_bench_rate FROM remote_remotehost WHERE machine_id = ?",
+                           machine_pk)[0][0]
+    assert create["env"] == {"PAVAIL": "pa-secret", "PAVAIL_SERVER": "192.0.2.7:22222",
+                             "MIN_RATE": f"{min_rate:.1f}"}
+    assert (create["image"], create["onstart"], create["runtype"], create["disk"]) == \
+        ("magik6k/curio-cuzk:latest", onstart, "ssh_direc ssh_proxy", 250)
+
+    # Its image calls home with the secret from its environment (no label we could match).
+    instance = Instance(home.url, secret)
+    _, _, me = instance.post("/register", {"label": "worker-a", "min_rate": min_rate})
+    for path, body, state in (("/param-done", {"uuid": me["uuid"]}, "params_ready"),
+                              ("/bench-done", {"uuid": me["uuid"], "rate": min_rate + 1},
+                               "benchmarked"),
+                              ("/running", {"uuid": me["uuid"]}, "running")):
+        assert instance.post(path, body)[0] == 200
+        page = operator.get(f"/remote/machines/{machine_pk}/").body
+        shown = re.search(rf'id="machine-{machine_pk}-state"[^>]*>(\w+)<', page).group(1)
+        assert shown == state == stack.query("SELECT state FROM fleet_machine WHERE id = ?",
+                                             machine_pk)[0][0]
+    assert stack.query("SELECT engine_flavour FROM fleet_machine WHERE id = ?", machine_pk) == \
+        [("cuzk-upstream",)]
+
+
+def test_vast_managers_operator_routes_on_the_served_stack(stack, fake, operator):
+    page = operator.post("/api/tokens/", {"name": "vast-manager script"}).body
+    script = Instance(stack.url, re.search(r'<code id="new-token">([^<]+)</code>', page).group(1))
+    code, _, lines = script.get("/api/manager-logs?tail=2")
+    assert code == 200 and len(lines) == 2 and {line["src"] for line in lines} == {"manager"}
+    fake.vast.add_offer(id=6161, machine_id=6160, gpu_name="RTX 4090", disk_space=2000.0)
+    code, _, found = script.get("/api/offers?filter=gpu_name=RTX_4090%20disk_space%3E=1500")
+    assert code == 200 and 6161 in [o["id"] for o in found["offers"]]
+    assert found["total"] == found["filtered"] == len(found["offers"])
+    assert script.get("/api/offers?filter=warp_drive>9")[::2] == \
+        (400, {"error": "bad filter: unknown column 'warp_drive'"})
+    assert script.get("/api/cuzk-status/no-such-uuid")[::2] == \
+        (404, {"error": "no SSH info for instance"})
+    assert script.post("/api/deploy", {"machine_id": 1})[::2] == \
+        (400, {"error": "offer_id required"})
+    assert script.post("/api/deploy", "{not json")[0] == 400
+    assert Instance(stack.url).get("/api/manager-logs")[0] == 401

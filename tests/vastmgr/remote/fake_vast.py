@@ -435,17 +435,30 @@ def _as_column_type(value, operand):
     return operand
 
 
+# The runtypes the official client sends (cli `get_runtype`): `--ssh --direct` is the third.
+RUNTYPES = {"ssh", "ssh_proxy", "ssh_direc ssh_proxy", "jupyter_proxy ssh_proxy",
+            "jupyter_direc ssh_direc ssh_proxy", "args"}
+
+
 def _create_problem(body) -> str:
     if not isinstance(body, dict):
         return "the body must be a JSON object"
     if body.get("client_id") != "me":
         return "client_id must be 'me'"
-    if not isinstance(body.get("image"), str) or not body["image"]:
-        return "image is required"
+    if not isinstance(body.get("image"), str) or not body["image"] or \
+            any(c.isspace() for c in body["image"]):
+        return "image is required (a Docker reference without spaces)"
     if not isinstance(body.get("disk"), int | float) or body["disk"] < 8:
         return "disk (GB, at least 8) is required"
-    if not isinstance(body.get("env", {}), dict | str):
+    env = body.get("env", {})
+    if not isinstance(env, dict | str):
         return "env must be an object or a docker-flags string"
+    # The client's parse_env makes every value a string; docker takes nothing else.
+    if isinstance(env, dict) and not all(isinstance(k, str) and k and isinstance(v, str)
+                                         for k, v in env.items()):
+        return "env must map names to string values"
+    if "runtype" in body and body["runtype"] not in RUNTYPES:
+        return f"unknown runtype {body['runtype']!r}"
     if len(body.get("label") or "") > 256:
         return "label is longer than 256 characters"
     if len(body.get("onstart") or "") + len(" ".join(body.get("args") or [])) > 4096:

@@ -17,6 +17,7 @@ from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
 from vastmgr.remote.lifecycle import judge_benchmark
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, RentPreference, Secret, VastSync
+from vastmgr.remote.transport import has_engine
 
 from .conftest import API_KEY
 
@@ -116,6 +117,48 @@ async def test_the_rent_dialog_sets_each_machines_minimum_rate_and_is_remembered
     assert 'value="0.008"' in page
 
 
+async def test_an_upstream_cuzk_worker_is_rented_with_its_image_env_and_onstart(market,
+                                                                                 fake_host):
+    fake_vast, offers = market
+    staff = await sync_to_async(logged_in)("ops")
+    page = (await sync_to_async(staff.get)("/remote/offers/")).content.decode()
+    # The defaults are vast-manager's image and onstart (settings), offered hidden until chosen.
+    assert 'value="magik6k/curio-cuzk:latest"' in page
+    # Our engine is the first choice, under the value the form takes.
+    assert re.search(r'name="engine_flavour" value="(\w+)" checked', page).group(1) == \
+        Machine.Flavour.CUZK_ENGINE
+    assert "nohup /usr/local/bin/entrypoint.sh &gt; /var/log/entrypoint.log 2&gt;&amp;1 &amp;" in page
+
+    response = await sync_to_async(staff.post)("/remote/offers/rent/", {
+        "offer_ids": [offers[1]["id"]], "max_price_per_proof": "0.01", "disk_gb": "250",
+        "engine_flavour": "cuzk-upstream", "image": "magik6k/curio-cuzk:latest",
+        "env": "PAVAIL=pa-secret\n# the relay\nPAVAIL_SERVER=192.0.2.7:22222\n",
+        "onstart": "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"})
+
+    machine = await Machine.objects.select_related("remote").aget(provider="vast")
+    assert response.status_code == 302 and response.url == f"/remote/machines/{machine.pk}/"
+    assert machine.engine_flavour == "cuzk-upstream" and machine.engine_port == 9821
+    # Watched (its cuzk status through the SSH tunnel) once Vast has given it an address.
+    assert machine.host == "" and not has_engine(machine)
+    machine.host = "203.0.113.9"
+    assert has_engine(machine)
+    [create] = [body for method, _, body, _ in fake_vast.requests if method == "PUT"]
+    min_rate = machine.remote.min_bench_rate
+    assert min_rate == math.ceil(Decimal(str(fake_vast.instances[machine.vast_instance_id][
+        "dph_total"])) / Decimal("0.01"))
+    secret = create["env"].pop("VASTMGR_CALLHOME_SECRET")
+    assert secret.startswith("vmch_")
+    assert create["env"] == {"PAVAIL": "pa-secret", "PAVAIL_SERVER": "192.0.2.7:22222",
+                             "MIN_RATE": f"{min_rate:.1f}"}
+    assert (create["image"], create["disk"], create["runtype"]) == \
+        ("magik6k/curio-cuzk:latest", 250, "ssh_direc ssh_proxy")  # vastai --ssh --direct
+    assert create["onstart"] == \
+        "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+    # Remembered: the next dialog opens on the upstream worker with the same env.
+    page = (await sync_to_async(staff.get)("/remote/offers/")).content.decode()
+    assert 'value="cuzk-upstream" checked' in page and "PAVAIL_SERVER=192.0.2.7:22222" in page
+
+
 @pytest.mark.parametrize("fields", [
     {"max_price_per_proof": "0.01", "disk_gb": "64"},
     {"offer_ids": ["abc"], "max_price_per_proof": "0.01", "disk_gb": "64"},
@@ -123,6 +166,12 @@ async def test_the_rent_dialog_sets_each_machines_minimum_rate_and_is_remembered
     {"offer_ids": ["1"], "max_price_per_proof": "lots", "disk_gb": "64"},
     {"offer_ids": ["1"], "max_price_per_proof": "0.01", "disk_gb": "5"},
     {"offer_ids": [str(i) for i in range(6)], "max_price_per_proof": "0.01", "disk_gb": "64"},
+    *({"offer_ids": ["1"], "max_price_per_proof": "0.01", "disk_gb": "64",
+       "engine_flavour": "cuzk-upstream", "image": "magik6k/curio-cuzk:latest", **bad}
+      for bad in ({"image": ""}, {"image": "two words"}, {"env": "not an assignment"},
+                  {"env": "1X=2"}, {"env": "A=1\nA=2"}, {"env": "MIN_RATE=1"},
+                  {"env": "VASTMGR_CALLHOME_SECRET=x"}, {"onstart": "x" * 4097},
+                  {"engine_flavour": "docker"})),
 ])
 def test_bad_rent_input_is_a_400_with_the_reason(fields):
     staff = logged_in("ops")

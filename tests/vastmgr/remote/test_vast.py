@@ -141,6 +141,13 @@ async def test_the_fake_refuses_what_the_official_contract_does_not_allow(fake_v
         await client.call("PUT", f"/api/v0/asks/{offer['id']}/",
                           body={"client_id": "me", "disk": 10})
     assert raised.value.status == 400
+    good = {"client_id": "me", "image": "magik6k/curio-cuzk:latest", "disk": 250}
+    for bad, why in (({"env": {"MIN_RATE": 30.0}}, "string values"),
+                     ({"runtype": "ssh direct"}, "unknown runtype"),
+                     ({"image": "two words"}, "image is required")):
+        with pytest.raises(VastError, match=why) as raised:
+            await client.call("PUT", f"/api/v0/asks/{offer['id']}/", body={**good, **bad})
+        assert raised.value.status == 400 and offer["id"] in fake_vast.offers
     with pytest.raises(VastError) as raised:
         await client.call("GET", "/api/v1/instances/",
                           params={"select_filters": {"dph_total": {"lt": 1}}})
@@ -319,7 +326,8 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
     offer = fake_vast.add_offer(gpu_name="RTX 4090", num_gpus=2, machine_id=42)
     client = client_for(fake_vast, no_sleep)
 
-    machine = await vast.rent(client, RentRequest.from_offer(offer, image="img:1", disk_gb=40))
+    machine = await vast.rent(client, RentRequest.from_offer(
+        offer, deployment=vast.Deployment(image="img:1"), disk_gb=40))
 
     assert machine.provider == Machine.Provider.VAST and machine.state == Machine.State.REGISTERED
     assert machine.name == f"vast-{machine.vast_instance_id}" and machine.host == ""

@@ -1,0 +1,94 @@
+// A fleet row's inline detail (vast-manager's expanded row): the row's toggle fetches it with
+// htmx and inserts it under the row; pressed again, it goes. Rows are replaced by pushes and
+// the whole body by a full state, so which rows are open is kept here and put back after
+// every change of the table: the toggle says "expanded" again, a detail row that a swap took
+// away is fetched again, one that was left behind a re-ordered row follows it.
+(function () {
+  "use strict";
+  var open = {};     // machine id → true while its detail is wanted
+  var loading = {};  // machine id → true while its detail is being fetched
+
+  function row(id) { return document.getElementById("host-" + id + "-row"); }
+  function detail(id) { return document.getElementById("host-" + id + "-detail"); }
+
+  // Fetched details land here first: the row they belong under may be replaced by a push
+  // while the request is out, so they are put in place (by sync) when they arrive.
+  function holder() {
+    var body = document.getElementById("fleet-detail-holder");
+    if (body) return body;
+    var table = document.createElement("table");
+    table.hidden = true;
+    body = document.createElement("tbody");
+    body.id = "fleet-detail-holder";
+    table.appendChild(body);
+    document.body.appendChild(table);
+    return body;
+  }
+
+  function fetchDetail(id) {
+    var tr = row(id);
+    var toggle = tr && tr.querySelector(".row-toggle");
+    if (!toggle || loading[id] || !window.htmx) return;
+    loading[id] = true;
+    holder();
+    window.htmx.ajax("GET", toggle.getAttribute("data-detail-url"),
+                     { target: "#fleet-detail-holder", swap: "beforeend" })
+      .then(function () { delete loading[id]; sync(); },
+            function () { delete loading[id]; });
+  }
+
+  function collapse(id) {
+    delete open[id];
+    var gone = detail(id);
+    if (gone) {
+      if (window.htmx) window.htmx.remove(gone);  // closes its panel's socket
+      else gone.remove();
+    }
+    sync();
+  }
+
+  function sync() {
+    document.querySelectorAll(".row-toggle").forEach(function (toggle) {
+      var id = toggle.closest("tr").getAttribute("data-host");
+      var expanded = Boolean(open[id]);
+      if (toggle.getAttribute("aria-expanded") !== String(expanded)) {
+        toggle.setAttribute("aria-expanded", String(expanded));
+      }
+    });
+    Object.keys(open).forEach(function (id) {
+      var tr = row(id), shown = detail(id);
+      if (!tr) {  // filtered out or destroyed: nothing to show it under
+        delete open[id];
+        if (shown) window.htmx.remove(shown);
+        return;
+      }
+      if (!shown) fetchDetail(id);
+      else if (tr.nextElementSibling !== shown) tr.after(shown);
+    });
+    // One that arrived after its row was closed again is not wanted.
+    var waiting = document.getElementById("fleet-detail-holder");
+    if (waiting) {
+      Array.prototype.forEach.call(waiting.children, function (late) {
+        if (!open[late.getAttribute("data-detail-for")]) window.htmx.remove(late);
+      });
+    }
+  }
+
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest && event.target.closest(".row-toggle");
+    if (!toggle) return;
+    var id = toggle.closest("tr").getAttribute("data-host");
+    if (open[id]) { collapse(id); return; }
+    open[id] = true;
+    sync();
+  });
+
+  function watch() {
+    var table = document.getElementById("fleet-table");
+    if (!table) return;
+    new MutationObserver(sync).observe(table, { childList: true, subtree: true });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
+})();

@@ -1,0 +1,52 @@
+"""A fleet row's inline detail (vast-manager's expanded row): the machine's facts, its live
+engine panel (the host page's own socket keeps it current) and its pushed logs with one tab
+per source. Fetched when the row's toggle is pressed; the logs part re-reads itself."""
+
+import time
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+
+from vastmgr.http import AuthenticatedHttpRequest
+from vastmgr.instances.models import Instance, LogLine
+
+from . import fragments
+from .models import Machine
+
+LOG_LINES = 200  # per tab, the newest
+LOG_POLL_S = 5
+ALL = "all"
+
+
+def row_detail(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    machine = get_object_or_404(Machine.objects.select_related("remote"), pk=machine_id)
+    remote = getattr(machine, "remote", None)
+    return render(request, "fleet/detail/row_detail.html", {
+        "machine": machine, "remote": remote,
+        "spent": remote.spent() if remote else None,
+        "instance": machine.callhome_instances.order_by("-runner_id").first(),
+        "panel_html": fragments.render_host_panel(machine, time.time()),
+        "logs": _logs(machine, ALL)})
+
+
+def row_logs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    """The logs part alone, on a tab (`?source=`) and every few seconds."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    source = request.GET.get("source", ALL)[:64]
+    return render(request, "fleet/detail/row_logs.html",
+                  {"machine": machine, "logs": _logs(machine, source)})
+
+
+def _logs(machine: Machine, source: str) -> dict:
+    uuids = list(Instance.objects.filter(machine=machine).values_list("uuid", flat=True))
+    lines = LogLine.objects.filter(uuid__in=uuids)
+    sources = sorted(set(lines.values_list("source", flat=True)))
+    if source != ALL and source not in sources:
+        source = ALL
+    shown = lines if source == ALL else lines.filter(source=source)
+    url = reverse("fleet-row-logs", args=[machine.pk])
+    return {"sources": [ALL, *sources] if sources else [], "source": source, "url": url,
+            "lines": list(reversed(shown.order_by("-id")[:LOG_LINES])),
+            "poll_s": LOG_POLL_S}
+
