@@ -5,8 +5,9 @@ a trickle of snap-update), a market of offers whose price and speed differ per G
 machine, boot-and-provisioning times drawn from a log-normal distribution, some machines that
 never boot and some that bench below the minimum (the lifecycle's benchmark gate destroys them
 and marks them bad, as judge_benchmark does in the product). Hosts prove one partition at a
-time, the most urgent first; urgent jobs (critical, high) go to the least loaded host at once,
-the others wait until a host has fewer than DEPTH jobs.
+time, the most urgent first; jobs go to hosts by the product's own dispatch policy
+(`proofs.placement.place`): urgent ones (critical, high) at once, the others while a host holds
+less than its workers plus a look-ahead, so a host that comes up takes a share of a backlog.
 
 Each policy sees the world every TICK_S through the same `planner.Snapshot` the product builds
 and returns `planner.Decision`s; the autopilot policy *is* `planner.plan`. Everything is seeded:
@@ -15,6 +16,7 @@ one seed gives one trace and one market, shared by every policy.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -23,13 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, PRIORITY_RANK
+from vastmgr.proofs import placement
 
 from . import planner
 from .planner import Action, Decision, Host, HostPhase, KindWork, Limits, Offer, Snapshot
 
 TICK_S = 60.0
 DAY_S = 24 * 3600.0
-DEPTH = 2  # jobs a host holds at once (the engine's two workers per device)
+WORKERS = 2  # device workers of a simulated host's engine (one device, the default two)
 WORK = planner.KIND_WORK
 PARTITIONS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
 # How long each kind may take from submission to done.
@@ -164,7 +167,8 @@ class Simulation:
         self.limits = limits
         self.now = -WARM_UP_S
         self.hosts: dict[int, SimHost] = {}
-        self.queue: list[tuple[int, float, int, Job]] = []  # (rank, at, id, job): not dispatched
+        # (rank, at, id, job), in order: queued in the dashboard, not yet on a host
+        self.queue: list[tuple[int, float, int, Job]] = []
         self.done: dict[int, float] = {}
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
@@ -196,7 +200,7 @@ class Simulation:
             if what == "arrive":
                 assert isinstance(payload, Job)
                 self.arrived.append(payload)
-                heapq.heappush(self.queue, (payload.rank, payload.at, payload.id, payload))
+                bisect.insort(self.queue, (payload.rank, payload.at, payload.id, payload))
                 self._dispatch()
             elif what == "ready":
                 self._ready(self.hosts[payload])  # type: ignore[index]
@@ -228,16 +232,22 @@ class Simulation:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        proving = [h for h in self.hosts.values() if h.proving and not h.draining]
-        while self.queue and proving:
-            job = self.queue[0][3]
-            urgent = job.rank <= PRIORITY_RANK["high"]
-            target = min(proving, key=lambda h: (len(h.jobs), h.id))
-            if not urgent and len(target.jobs) >= DEPTH:
-                return
-            heapq.heappop(self.queue)
-            target.jobs.append([job, PARTITIONS[job.kind]])
-            self._start_next(target)
+        """The product's own dispatch policy (`placement.place`) over the hosts proving."""
+        proving = {h.id: h for h in self.hosts.values() if h.proving and not h.draining}
+        if not self.queue or not proving:
+            return
+        placements = placement.place(
+            (placement.Waiting(entry, DEFAULT_PRIORITIES[entry[3].kind]) for entry in self.queue),
+            [placement.Engine(h.id, WORKERS, len(h.jobs)) for h in proving.values()])
+        if not placements:
+            return
+        placed = {p.job for p in placements}
+        self.queue = [entry for entry in self.queue if entry not in placed]
+        for p in placements:
+            host = proving[p.engine]
+            job = p.job[3]  # type: ignore[index]
+            host.jobs.append([job, PARTITIONS[job.kind]])
+            self._start_next(host)
 
     def _start_next(self, host: SimHost) -> None:
         if host.busy_until is not None or not host.jobs:
