@@ -16,7 +16,7 @@ import asyncssh
 import pytest
 
 from tests.vastmgr import test_browser
-from tests.vastmgr.remote.fake_vast import FakeVast
+from vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
 
 param_cache, browser = test_browser.param_cache, test_browser.browser

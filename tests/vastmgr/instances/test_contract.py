@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, eventually
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
-from tests.vastmgr.remote.fake_vast import FakeVast
+from vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.remote.served import Operator, served_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

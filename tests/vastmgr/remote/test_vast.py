@@ -26,7 +26,7 @@ from vastmgr.remote.ssh import MachineLink
 from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient
 
 from .conftest import API_KEY
-from .fake_vast import FakeVast
+from vastmgr.remote.fake_vast import FakeVast
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
