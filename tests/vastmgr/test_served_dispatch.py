@@ -34,6 +34,8 @@ STATUS = re.compile(r'data-job-status="([a-z]+)"')
 CELL = re.compile(r"<td[^>]*>(.*?)</td>", re.S)
 MACHINE = re.compile(r'<span class="truncate" title="([^"]+)">')
 MACHINE_CELL = 6  # Job, Kind, Profile, Seed, Status, Progress, Machine
+PLACES = re.compile(r'id="proof-places" data-queued="(\d+)" data-dispatched="(\d+)" '
+                    r'data-running="(\d+)"')
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +63,24 @@ class Shown:
 
 
 def proofs_page(operator: Operator) -> dict[str, Shown]:
+    """Every job the proofs page lists (fewer than a page of them here), checked against the
+    page's own count of unfinished jobs by place."""
     answer = operator.get("/proofs/")
     assert answer.status == 200, answer.body[:300]
     shown = {}
     for job, row in ROW.findall(answer.body):
         machine = MACHINE.search(CELL.findall(row)[MACHINE_CELL])
         shown[job] = Shown(STATUS.search(row).group(1), machine.group(1) if machine else None)
+    places = dict(zip(("queued", "dispatched", "running"),
+                      map(int, PLACES.search(answer.body).groups()), strict=True))
+    # The counts are read just before the rows, and jobs only move forward meanwhile (queued,
+    # dispatched, running, ended): the jobs up to each place then are those rows now, plus at
+    # most the rows that have moved past it.
+    order = ["queued", "dispatched", "running"]
+    for i in range(len(order)):
+        counted = sum(places[place] for place in order[:i + 1])
+        rows = sum(1 for s in shown.values() if s.status in order[:i + 1])
+        assert rows <= counted <= len(shown), (order[i], places, shown)
     return shown
 
 
