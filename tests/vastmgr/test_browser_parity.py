@@ -16,8 +16,8 @@ import asyncssh
 import pytest
 
 from tests.vastmgr import test_browser
-from vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
+from vastmgr.remote.fake_vast import FakeVast
 
 param_cache, browser = test_browser.param_cache, test_browser.browser
 

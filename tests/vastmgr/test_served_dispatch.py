@@ -29,9 +29,9 @@ from .remote.served import Operator, served_stack
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BACKLOG = 14
-ROW = re.compile(r'<tr id="job-([0-9a-f-]{36})">(.*?)</tr>', re.S)
+ROW = re.compile(r'<tr id="job-([0-9a-f-]{36})">(.*?)</tr>', re.DOTALL)
 STATUS = re.compile(r'data-job-status="([a-z]+)"')
-CELL = re.compile(r"<td[^>]*>(.*?)</td>", re.S)
+CELL = re.compile(r"<td[^>]*>(.*?)</td>", re.DOTALL)
 MACHINE = re.compile(r'<span class="truncate" title="([^"]+)">')
 MACHINE_CELL = 6  # Job, Kind, Profile, Seed, Status, Progress, Machine
 PLACES = re.compile(r'id="proof-places" data-queued="(\d+)" data-dispatched="(\d+)" '

@@ -297,7 +297,7 @@ class Simulation:
         self.queue = [entry for entry in self.queue if entry not in placed]
         for p in placements:
             host = proving[p.engine]
-            job = p.job[3]  # type: ignore[index]
+            job = p.job[3]
             host.jobs.append([job, PARTITIONS[job.kind]])
             self._start_next(host)
 

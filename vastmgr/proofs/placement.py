@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from cuzk_engine.vocabulary import PRIORITY_RANK
 
 LOOK_AHEAD = 1  # jobs an engine holds beyond one per device worker
 URGENT_RANK = PRIORITY_RANK["high"]  # this rank and more urgent never wait for room
+
+J = TypeVar("J", bound=Hashable)  # the caller's handle for a job
+E = TypeVar("E", bound=Hashable)  # the caller's handle for an engine
 
 
 def is_urgent(priority: str) -> bool:
@@ -27,19 +31,19 @@ def is_urgent(priority: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Waiting:
+class Waiting(Generic[J, E]):
     """A job waiting in the dashboard's queue."""
 
-    key: Hashable  # the caller's handle for the job
+    key: J
     priority: str
-    pinned_to: Hashable | None = None  # the only engine it may run on (its user chose it)
+    pinned_to: E | None = None  # the only engine it may run on (its user chose it)
 
 
 @dataclass(frozen=True)
-class Engine:
+class Engine(Generic[E]):
     """An engine that takes work now, and how much it holds (its unfinished jobs)."""
 
-    key: Hashable
+    key: E
     workers: int  # device workers, as its status reports them
     holding: int
 
@@ -49,19 +53,20 @@ class Engine:
 
 
 @dataclass(frozen=True)
-class Placement:
-    job: Hashable
-    engine: Hashable
+class Placement(Generic[J, E]):
+    job: J
+    engine: E
 
 
-def place(waiting: Iterable[Waiting], engines: Sequence[Engine]) -> list[Placement]:
+def place(waiting: Iterable[Waiting[J, E]], engines: Sequence[Engine[E]]
+          ) -> list[Placement[J, E]]:
     """Placements for now. `waiting` must come most urgent first (oldest first within a
     priority): it is read only as far as something can still be placed, so a long queue
     costs nothing while every engine is full."""
     holding = {engine.key: engine.holding for engine in engines}
     capacity = {engine.key: engine.capacity for engine in engines}
     order = {engine.key: i for i, engine in enumerate(engines)}  # ties: the first given
-    placements: list[Placement] = []
+    placements: list[Placement[J, E]] = []
     for job in waiting:
         urgent = is_urgent(job.priority)
         if not urgent and all(holding[key] >= capacity[key] for key in holding):

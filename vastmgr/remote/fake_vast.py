@@ -87,7 +87,7 @@ class FakeVast:
         self._offer_ids = itertools.count(31_000_000, 7)
         self._instance_ids = itertools.count(18_000_000)
         self._machine_ids = itertools.count(40_000)
-        self.runner = None
+        self.runner: web.AppRunner | None = None
         self.url = ""
 
     # ------------------------------------------------------------------ market and clock
@@ -220,15 +220,15 @@ class FakeVast:
         app.router.add_get("/api/v0/instances/{id:\\d+}/", self.show)
         app.router.add_delete("/api/v0/instances/{id:\\d+}/", self.destroy)
         app.router.add_post("/api/v0/instances/{id:\\d+}/ssh/", self.attach_ssh)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        runner = self.runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         return self.url
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        if self.runner is not None:
+            await self.runner.cleanup()
 
     @web.middleware
     async def _middleware(self, request, handler):
@@ -290,8 +290,7 @@ class FakeVast:
         offers = [self.priced(o, storage) for o in self.offers.values()]
         order = query.get("order", [["score", "desc"]])
         for column, direction in reversed(self._order(order, offers)):
-            offers.sort(key=lambda o, c=column: (o.get(c) is None, o.get(c) or 0),
-                        reverse=direction == "desc")
+            offers.sort(key=_by(column), reverse=direction == "desc")
         found = [o for o in offers if all(_matches(k, o.get(k), cond)
                                           for k, cond in filters.items())]
         return web.json_response({"offers": found[:limit]})
@@ -322,7 +321,8 @@ class FakeVast:
 
     def add_instance(self, label: str | None = None) -> int:
         """An instance someone else created on the account (the console, another tool)."""
-        offer = self.offers.get(next(iter(self.offers), None)) or self.add_offer()
+        first = next(iter(self.offers), None)
+        offer = (self.offers[first] if first is not None else None) or self.add_offer()
         return self._create(offer, {"client_id": "me", "image": "ubuntu:22.04", "disk": 16,
                                     "label": label})
 
@@ -423,6 +423,11 @@ class FakeVast:
         instance.setdefault("ssh_keys", []).append(key)
         self.on_ssh_key(key)
         return web.json_response({"success": True})
+
+
+def _by(column: str):
+    """A sort key on one column: missing values last."""
+    return lambda offer: (offer.get(column) is None, offer.get(column) or 0)
 
 
 def _matches(column: str, value, condition: dict) -> bool:
