@@ -22,8 +22,8 @@ import pytest
 
 from tests.conftest import free_port
 from tests.vastmgr import test_browser
-from tests.vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
+from vastmgr.remote.fake_vast import FakeVast
 
 param_cache, browser = test_browser.param_cache, test_browser.browser
 

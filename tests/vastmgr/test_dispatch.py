@@ -228,3 +228,25 @@ def test_a_requeued_proof_keeps_the_machine_its_user_chose_and_only_that_one():
     assert anywhere.machine_id is None, "any machine may take it"
     said = Event.objects.filter(kind="proof", message__contains=str(pinned.pk)).get().message
     assert "it waits for chosen, the machine its user chose" in said
+
+
+def test_a_job_that_ended_on_its_engine_is_not_cancelled_as_an_orphan():
+    """A snapshot taken just before the result (the pipeline still running) must not make the
+    controller cancel a job the engine has finished; one that now belongs to another engine,
+    or that ended before reaching any, is cancelled there."""
+    here = Machine.objects.create(name="here", host="h")
+    there = Machine.objects.create(name="there", host="t")
+    done_here, moved, cancelled_queued = (
+        ProofJob.objects.create(kind="winning-post", seed=i) for i in range(3))
+    for job, machine in ((done_here, here), (moved, there)):
+        jobs.claim(job.pk, machine.pk)
+        jobs.mark_submitted(job.pk, machine.pk, f"engine-{job.pk}")
+    done_here.refresh_from_db()
+    done_here.move_to(ProofJob.Status.RUNNING)
+    done_here.move_to(ProofJob.Status.DONE)
+    cancelled_queued.move_to(ProofJob.Status.CANCELLED)
+    pipelines = [{"request_id": str(job.pk), "job_id": f"engine-{job.pk}", "status": "running"}
+                 for job in (done_here, moved, cancelled_queued)]
+    adopt, cancel = jobs.orphans(here.pk, pipelines)
+    assert adopt == []
+    assert cancel == [f"engine-{moved.pk}", f"engine-{cancelled_queued.pk}"]

@@ -189,6 +189,16 @@ class Plan:
                 "hosts_after": self.hosts_after}
 
 
+def offer_from_vast(raw: dict) -> Offer | None:
+    """A Vast search result as an offer without rates (None: it has no id or no price, so it
+    cannot be rented sensibly)."""
+    try:
+        return Offer(int(raw["id"]), raw.get("machine_id"), str(raw.get("gpu_name") or "?"),
+                     int(raw.get("num_gpus") or 1), float(raw["dph_total"]), {}, False)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def estimate_offer(offer: Offer, bench_per_gpu: list[float], *, bench_kind: str,
                    min_bench_rate: float, work: Mapping[str, float]) -> Offer | None:
     """The offer with rates estimated from the bench history of its GPU model (the median,

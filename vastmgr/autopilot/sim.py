@@ -5,8 +5,15 @@ a trickle of snap-update), a market of offers whose price and speed differ per G
 machine, boot-and-provisioning times drawn from a log-normal distribution, some machines that
 never boot and some that bench below the minimum (the lifecycle's benchmark gate destroys them
 and marks them bad, as judge_benchmark does in the product). Hosts prove one partition at a
-time, the most urgent first; urgent jobs (critical, high) go to the least loaded host at once,
-the others wait until a host has fewer than DEPTH jobs.
+time, the most urgent first; jobs go to hosts by the product's own dispatch policy
+(`proofs.placement.place`): urgent ones (critical, high) at once, the others while a host holds
+less than its workers plus a look-ahead, so a host that comes up takes a share of a backlog.
+
+The market is the strict Vast fake (`remote/fake_vast.py`) served on 127.0.0.1 on the virtual
+clock, spoken to by the product's own Vast client: every tick searches its offers and, while a
+rented host is on its way, lists the instances (as the automation's reconcile does); renting is
+a create, a host is up once Vast reports its instance running (plus install, parameters and
+benchmark), a machine that never boots stays loading until a policy destroys it.
 
 Each policy sees the world every TICK_S through the same `planner.Snapshot` the product builds
 and returns `planner.Decision`s; the autopilot policy *is* `planner.plan`. Everything is seeded:
@@ -15,6 +22,8 @@ one seed gives one trace and one market, shared by every policy.
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import heapq
 import math
 import random
@@ -23,13 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, PRIORITY_RANK
+from vastmgr.errors import VastError
+from vastmgr.proofs import placement
+from vastmgr.remote import vast
+from vastmgr.remote.fake_vast import FakeVast
 
 from . import planner
+from .pilot import OFFERS_SEARCHED
 from .planner import Action, Decision, Host, HostPhase, KindWork, Limits, Offer, Snapshot
 
 TICK_S = 60.0
 DAY_S = 24 * 3600.0
-DEPTH = 2  # jobs a host holds at once (the engine's two workers per device)
+WORKERS = 2  # device workers of a simulated host's engine (one device, the default two)
 WORK = planner.KIND_WORK
 PARTITIONS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
 # How long each kind may take from submission to done.
@@ -43,6 +57,10 @@ PRIOR_PIPELINE_S = 15 * 60.0  # until the first host has come up
 HISTORY = ("RTX 3090", "RTX 4090", "A100 SXM4")  # models benched on earlier days
 WARM_UP_S = 3600.0  # policies start an hour before the first proof, as a fleet already running
 ARRIVAL_WINDOW_S = 15 * 60.0
+# Of a machine's rent-to-proving time: Vast reports its instance loading, then running; the
+# rest is install, parameters and the benchmark.
+BOOT_SHARE = (0.15, 0.4)
+API_KEY = "simulated-day-vast-key-0123456789"
 
 
 def rates_from(porep_per_h: float) -> dict[str, float]:
@@ -72,6 +90,17 @@ class Machine:
     true_rate: float  # porep-c2 proofs/h
     never_boots: bool
     pipeline_s: float
+
+    @property
+    def boot_s(self) -> tuple[float, float] | None:
+        """When Vast reports its instance loading, then running (None: it never boots)."""
+        if self.never_boots:
+            return None
+        return BOOT_SHARE[0] * self.pipeline_s, BOOT_SHARE[1] * self.pipeline_s
+
+    @property
+    def provisioning_s(self) -> float:
+        return (1 - BOOT_SHARE[1]) * self.pipeline_s
 
 
 @dataclass(frozen=True)
@@ -117,7 +146,9 @@ def make_world(seed: int = 7, *, offers: int = 60) -> World:
 class SimHost:
     id: int
     machine: Machine
+    instance_id: int
     rented_at: float
+    booted: bool = False  # Vast has reported its instance running
     ready_at: float | None = None  # proving since
     draining: bool = False
     ended_at: float | None = None
@@ -142,6 +173,7 @@ class Result:
     peak_dollars_per_hour: float
     max_rents_in_an_hour: int
     decisions: list[tuple[float, Decision]]
+    vast_calls: list[vast.VastCall]
 
     def to_json(self) -> dict:
         return {"policy": self.name, "dollars": round(self.dollars, 2),
@@ -152,19 +184,29 @@ class Result:
                 "peak_hosts": self.peak_hosts, "mean_hosts": round(self.mean_hosts, 2),
                 "peak_dollars_per_hour": round(self.peak_dollars_per_hour, 3),
                 "max_rents_in_an_hour": self.max_rents_in_an_hour,
-                "actions": sum(1 for _, d in self.decisions if d.action != Action.KEEP)}
+                "actions": sum(1 for _, d in self.decisions if d.action != Action.KEEP),
+                "vast_calls": len(self.vast_calls),
+                "vast_calls_failed": sum(1 for c in self.vast_calls
+                                         if c.status is None or c.status >= 400)}
 
 
 Policy = Callable[[Snapshot], list[Decision]]
 
 
 class Simulation:
-    def __init__(self, world: World, limits: Limits):
+    """One policy's day; `market` is the fake Vast serving the world's offers."""
+
+    def __init__(self, world: World, limits: Limits, market: FakeVast):
         self.world = world
         self.limits = limits
+        self.market = market
+        self.calls: list[vast.VastCall] = []
+        self.client = vast.VastClient(API_KEY, market.url, journal=self.calls.append)
+        self.machines = {m.offer.offer_id: m for m in world.machines}
         self.now = -WARM_UP_S
         self.hosts: dict[int, SimHost] = {}
-        self.queue: list[tuple[int, float, int, Job]] = []  # (rank, at, id, job): not dispatched
+        # (rank, at, id, job), in order: queued in the dashboard, not yet on a host
+        self.queue: list[tuple[int, float, int, Job]] = []
         self.done: dict[int, float] = {}
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
@@ -183,7 +225,7 @@ class Simulation:
         self.seq += 1
         heapq.heappush(self.events, (when, self.seq, what, payload))
 
-    def run(self, policy: Policy, name: str) -> Result:
+    async def run(self, policy: Policy, name: str) -> Result:
         for job in self.world.jobs:
             self._at(job.at, "arrive", job)
         tick = -WARM_UP_S
@@ -193,18 +235,20 @@ class Simulation:
         samples: list[tuple[int, float]] = []
         while self.events:
             self.now, _, what, payload = heapq.heappop(self.events)
+            self.market.clock = self.now
             if what == "arrive":
                 assert isinstance(payload, Job)
                 self.arrived.append(payload)
-                heapq.heappush(self.queue, (payload.rank, payload.at, payload.id, payload))
+                bisect.insort(self.queue, (payload.rank, payload.at, payload.id, payload))
                 self._dispatch()
             elif what == "ready":
-                self._ready(self.hosts[payload])  # type: ignore[index]
+                await self._ready(self.hosts[payload])  # type: ignore[index]
             elif what == "partition":
                 self._partition_done(self.hosts[payload])  # type: ignore[index]
             elif what == "tick":
-                for decision in policy(self.snapshot()):
-                    self.apply(decision)
+                await self._watch_instances()
+                for decision in policy(await self.snapshot()):
+                    await self.apply(decision)
                 live = [h for h in self.hosts.values() if h.ended_at is None]
                 samples.append((len(live), sum(h.machine.offer.price_per_hour for h in live)))
         for host in self.hosts.values():  # the day is over: stop every bill
@@ -212,7 +256,19 @@ class Simulation:
                 host.ended_at = self.now
         return self._result(name, samples)
 
-    def _ready(self, host: SimHost) -> None:
+    async def _watch_instances(self) -> None:
+        """As the automation's reconcile: which rented instances Vast reports running now."""
+        starting = {h.instance_id: h for h in self.hosts.values()
+                    if h.ended_at is None and not h.booted}
+        if not starting:
+            return
+        for row in await self.client.list_instances():
+            host = starting.get(row["id"])
+            if host is not None and row.get("actual_status") == "running":
+                host.booted = True
+                self._at(self.now + host.machine.provisioning_s, "ready", host.id)
+
+    async def _ready(self, host: SimHost) -> None:
         if host.ended_at is not None:
             return
         self.pipelines.append(self.now - host.rented_at)
@@ -221,23 +277,29 @@ class Simulation:
         self.bench.setdefault(offer.gpu_name, []).append(measured / offer.gpu_count)
         if measured < MIN_BENCH_RATE:  # the lifecycle's benchmark gate
             self.bad.add(host.machine.offer.provider_machine_id or 0)
-            self._end(host)
+            await self._destroy(host)
             return
         host.ready_at = self.now
         host.idle_since = self.now
         self._dispatch()
 
     def _dispatch(self) -> None:
-        proving = [h for h in self.hosts.values() if h.proving and not h.draining]
-        while self.queue and proving:
-            job = self.queue[0][3]
-            urgent = job.rank <= PRIORITY_RANK["high"]
-            target = min(proving, key=lambda h: (len(h.jobs), h.id))
-            if not urgent and len(target.jobs) >= DEPTH:
-                return
-            heapq.heappop(self.queue)
-            target.jobs.append([job, PARTITIONS[job.kind]])
-            self._start_next(target)
+        """The product's own dispatch policy (`placement.place`) over the hosts proving."""
+        proving = {h.id: h for h in self.hosts.values() if h.proving and not h.draining}
+        if not self.queue or not proving:
+            return
+        placements = placement.place(
+            (placement.Waiting(entry, DEFAULT_PRIORITIES[entry[3].kind]) for entry in self.queue),
+            [placement.Engine(h.id, WORKERS, len(h.jobs)) for h in proving.values()])
+        if not placements:
+            return
+        placed = {p.job for p in placements}
+        self.queue = [entry for entry in self.queue if entry not in placed]
+        for p in placements:
+            host = proving[p.engine]
+            job = p.job[3]
+            host.jobs.append([job, PARTITIONS[job.kind]])
+            self._start_next(host)
 
     def _start_next(self, host: SimHost) -> None:
         if host.busy_until is not None or not host.jobs:
@@ -260,7 +322,8 @@ class Simulation:
         self._start_next(host)
         self._dispatch()
 
-    def _end(self, host: SimHost) -> None:
+    async def _destroy(self, host: SimHost) -> None:
+        await self.client.destroy_instance(host.instance_id)
         host.ended_at = self.now
 
     # ------------------------------------------------------------------ what a policy sees
@@ -276,7 +339,7 @@ class Simulation:
                                       bench_kind="porep-c2", min_bench_rate=MIN_BENCH_RATE,
                                       work=WORK)
 
-    def snapshot(self) -> Snapshot:
+    async def snapshot(self) -> Snapshot:
         unfinished = [j for j in self.arrived if j.id not in self.done]
         recent = [j for j in self.arrived if j.at > self.now - ARRIVAL_WINDOW_S]
         work = []
@@ -287,11 +350,9 @@ class Simulation:
                 BUDGETS_S[kind],
                 sum(1 for j in recent if j.kind == kind) * 3600 / ARRIVAL_WINDOW_S))
         hosts = []
-        rented = set()
         for host in self.hosts.values():
             if host.ended_at is not None:
                 continue
-            rented.add(host.machine.offer.offer_id)
             phase = (HostPhase.STARTING if host.ready_at is None else
                      HostPhase.DRAINING if host.draining else HostPhase.PROVING)
             estimate = self.offer_rates(host.machine.offer)
@@ -302,28 +363,24 @@ class Simulation:
                               self.now - host.rented_at,
                               0.0 if host.jobs else self.now - host.idle_since,
                               provider_machine_id=host.machine.offer.provider_machine_id))
-        offers = tuple(o for o in (self.offer_rates(m.offer) for m in self.world.machines
-                                   if m.offer.offer_id not in rented) if o is not None)
+        raw = await self.client.search_offers(vast.OfferFilter(limit=OFFERS_SEARCHED))
+        offers = tuple(o for o in (self.offer_rates(bare) for bare in
+                                   filter(None, map(planner.offer_from_vast, raw)))
+                       if o is not None)
         return Snapshot(self.now, tuple(work), tuple(hosts), offers, self.limits,
                         self.pipeline_s(), frozenset(self.bad),
                         sum(1 for t in self.rents if t > self.now - 3600), self.last_change)
 
     # ------------------------------------------------------------------ carrying out
 
-    def apply(self, decision: Decision) -> None:
+    async def apply(self, decision: Decision) -> None:
         self.decisions.append((self.now, decision))
         if decision.action == Action.KEEP:
             return
         if decision.scaling:
             self.last_change = self.now
         if decision.action == Action.RENT:
-            machine = next(m for m in self.world.machines
-                           if m.offer.offer_id == decision.offer_id)
-            host = SimHost(len(self.hosts) + 1, machine, self.now)
-            self.hosts[host.id] = host
-            self.rents.append(self.now)
-            if not machine.never_boots:
-                self._at(self.now + machine.pipeline_s, "ready", host.id)
+            await self._rent(decision)
             return
         assert decision.machine_id is not None
         host = self.hosts[decision.machine_id]
@@ -336,7 +393,25 @@ class Simulation:
             assert not host.jobs, "a host with work in flight was destroyed"
             if decision.mark_bad:
                 self.bad.add(host.machine.offer.provider_machine_id or 0)
-            self._end(host)
+            await self._destroy(host)
+
+    async def _rent(self, decision: Decision) -> None:
+        """As the pilot rents: the offer looked up again, then a create with a label."""
+        assert decision.offer_id is not None
+        try:
+            offer = await self.client.offer(decision.offer_id)
+            if offer is None:
+                return  # gone since the search: the product records the failure, rents nothing
+            request = vast.RentRequest.from_offer(offer)
+            host_id = len(self.hosts) + 1
+            instance_id = await self.client.create_instance(
+                request.offer_id, image=request.image, disk_gb=request.disk_gb,
+                label=f"{vast.LABEL_PREFIX}sim-{host_id}")
+        except VastError:
+            return  # counted in the calls; nothing was rented
+        host = SimHost(host_id, self.machines[request.offer_id], instance_id, self.now)
+        self.hosts[host.id] = host
+        self.rents.append(self.now)
 
     def _result(self, name: str, samples: list[tuple[int, float]]) -> Result:
         met: dict[str, int] = {}
@@ -354,7 +429,7 @@ class Simulation:
                       max((d for _, d in samples), default=0.0),
                       max((sum(1 for u in rents if t <= u < t + 3600) for t in rents),
                           default=0),
-                      self.decisions)
+                      self.decisions, self.calls)
 
 
 # ---------------------------------------------------------------------- the two baselines
@@ -442,15 +517,32 @@ DEFAULT_LIMITS = Limits(max_dollars_per_hour=6.0, max_hosts=16, max_rents_per_ho
                         pipeline_margin_s=600.0, idle_release_s=300.0, scale_to_zero=False)
 
 
+async def simulate(world: World, limits: Limits, policy: Policy,
+                   name: str) -> tuple[Simulation, Result]:
+    """One policy's day against its own fake Vast, which offers the world's machines."""
+    market = FakeVast(API_KEY, relist=True)
+    for machine in world.machines:
+        offer = machine.offer
+        market.add_offer(id=offer.offer_id, machine_id=offer.provider_machine_id,
+                         gpu_name=offer.gpu_name, num_gpus=offer.gpu_count,
+                         dph_base=offer.price_per_hour, storage_cost=0.0)
+        market.boots[offer.provider_machine_id or 0] = machine.boot_s
+    await market.start()
+    try:
+        run = Simulation(world, limits, market)
+        return run, await run.run(policy, name)
+    finally:
+        await market.stop()
+
+
 def compare(seed: int = 7, limits: Limits = DEFAULT_LIMITS) -> dict:
     """Every policy on one world; JSON-ready."""
     world = make_world(seed)
     size = peak_fleet_size(world)
-    results = [
-        Simulation(world, limits).run(autopilot, "autopilot"),
-        Simulation(world, limits).run(fixed_fleet(size), f"fixed fleet of {size}"),
-        Simulation(world, limits).run(threshold_scaler(), "queue threshold"),
-    ]
+    policies = [(autopilot, "autopilot"), (fixed_fleet(size), f"fixed fleet of {size}"),
+                (threshold_scaler(), "queue threshold")]
+    results = [asyncio.run(simulate(world, limits, policy, name))[1]
+               for policy, name in policies]
     return {"seed": seed, "jobs": len(world.jobs), "offers": len(world.machines),
             "limits": {"max_dollars_per_hour": limits.max_dollars_per_hour,
                        "max_hosts": limits.max_hosts,

@@ -122,12 +122,7 @@ def hosts(settings: RemoteSettings, now: datetime) -> tuple[Host, ...]:
 def offers(raw: list[dict], settings: RemoteSettings) -> tuple[Offer, ...]:
     """The market's offers with estimated rates; models that bench below the gate left out."""
     found = []
-    for o in raw:
-        try:
-            bare = Offer(int(o["id"]), o.get("machine_id"), str(o.get("gpu_name") or "?"),
-                         int(o.get("num_gpus") or 1), float(o["dph_total"]), {}, False)
-        except (KeyError, TypeError, ValueError):
-            continue  # an offer without an id or a price cannot be rented sensibly
+    for bare in filter(None, map(planner.offer_from_vast, raw)):
         estimated = planner.estimate_offer(bare, per_gpu_bench(bare.gpu_name),
                                            bench_kind=settings.bench_kind,
                                            min_bench_rate=settings.min_bench_rate,

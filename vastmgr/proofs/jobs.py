@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Count, Q, Value, When
 from django.utils import timezone
 
 from cuzk_engine.engine.snapshot import PipelineSnapshot
@@ -27,12 +27,19 @@ from .models import ProofJob
 from .progress import JobProgress
 
 
-def queued_jobs(limit: int = 50) -> list[ProofJob]:
-    """The oldest queued jobs, most urgent first."""
-    jobs = list(ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
-                .select_related("machine").order_by("submitted_at")[:limit])
-    return sorted(jobs, key=lambda j: (PRIORITY_RANK.get(j.priority, len(PRIORITY_RANK)),
-                                       j.submitted_at))
+def queued_jobs(limit: int = 200) -> list[ProofJob]:
+    """Queued jobs, most urgent first and oldest first within a priority (ordered in the
+    query, so an urgent job is never left out behind a long backlog)."""
+    rank = Case(*(When(priority=name, then=Value(r)) for name, r in PRIORITY_RANK.items()),
+                default=Value(len(PRIORITY_RANK)))
+    return list(ProofJob.objects.filter(status=ProofJob.Status.QUEUED)
+                .select_related("machine").order_by(rank, "submitted_at")[:limit])
+
+
+def holding_by_machine() -> dict[int, int]:
+    """Jobs on each machine's engine, as the dashboard knows them (dispatched or running)."""
+    return dict(ProofJob.objects.in_flight().values("machine_id").annotate(n=Count("pk"))
+                .values_list("machine_id", "n"))
 
 
 def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
@@ -133,7 +140,8 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
     """Pipelines on this engine that carry one of our job ids but are not ours to run there.
 
     Returns (jobs to adopt: queued here with no machine, e.g. submitted just before a
-    controller crash; engine job ids to cancel: the job now belongs elsewhere or is over).
+    controller crash; engine job ids to cancel: the job now belongs to another engine, or
+    it ended before it reached one).
     """
     active = [p for p in pipelines
               if _is_uuid(p.get("request_id")) and p.get("status") in UNFINISHED_STATUSES]
@@ -149,7 +157,11 @@ def orphans(machine_id: int, pipelines: list[dict]) -> tuple[list[ProofJob], lis
             job.move_to(ProofJob.Status.DISPATCHED, machine_id=machine_id,
                         engine_job_id=pipeline["job_id"])
             adopt.append(job)
-        elif job.is_final or (job.machine_id not in (None, machine_id)):
+        elif job.machine_id not in (None, machine_id) or (job.is_final
+                                                           and job.machine_id is None):
+            # It belongs to another engine now, or it ended before reaching any. One that
+            # ended on this very engine is not an orphan: this snapshot predates the result
+            # its result waiter has already written.
             cancel.append(pipeline["job_id"])
     return adopt, cancel
 

@@ -285,6 +285,16 @@ class ProofJob(models.Model):
         return [(end - start).total_seconds() for start, end in rows]
 
     @classmethod
+    def unfinished_by_place(cls) -> dict[str, int]:
+        """Unfinished jobs by where they are: `queued` in the dashboard (no engine has them:
+        each goes to the first with room, urgent kinds at once), `dispatched` to an engine
+        that has not started them, `running` there."""
+        places = (cls.Status.QUEUED, cls.Status.DISPATCHED, cls.Status.RUNNING)
+        counts = dict(cls.objects.filter(status__in=places).values("status")
+                      .annotate(n=models.Count("pk")).values_list("status", "n"))
+        return {str(place): counts.get(place, 0) for place in places}
+
+    @classmethod
     def duration_percentiles(cls, since: timedelta = timedelta(hours=24)) -> list[dict]:
         """p50/p95 of done proofs' durations per kind and profile over the window."""
         rows = (cls.objects.filter(status=cls.Status.DONE, started_at__isnull=False,

@@ -35,7 +35,8 @@ FILES = ("proof.bin", "vk.json", "public_inputs.json")
 def proof_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ProofListForm(request.GET)
     context = {"form": form, "sorts": form.sort_links(),
-               "percentiles": ProofJob.duration_percentiles()}
+               "percentiles": ProofJob.duration_percentiles(),
+               "unfinished": ProofJob.unfinished_by_place()}
     if not form.is_valid():
         return render(request, "proofs/list.html", context, status=400)
     context["page"] = page = form.page_of(filtered_jobs(form.cleaned_data))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.vastmgr import live_engine, test_browser
-from tests.vastmgr.remote.fake_vast import FakeVast
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
+from vastmgr.remote.fake_vast import FakeVast
 
 from .conftest import API_KEY
 

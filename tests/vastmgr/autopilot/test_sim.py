@@ -2,6 +2,8 @@
 misses no WinningPoSt/WindowPoSt deadline, spends less than a fixed fleet sized for the peak and
 a queue-threshold scaler, stays within every cap, and explains every action."""
 
+import asyncio
+
 import pytest
 
 from vastmgr.autopilot import sim
@@ -50,15 +52,29 @@ def test_every_action_is_explained_with_reasons_and_numbers(day):
 
 
 def test_faults_of_the_market_were_met_and_handled():
-    """Hosts that never boot are destroyed after the pipeline plus margin and marked bad;
-    hosts that bench below the minimum are marked bad and never rented again."""
+    """Through the product's Vast client and the strict fake over HTTP: hosts that never boot
+    (their instance stays loading) are destroyed after the pipeline plus margin and marked bad;
+    hosts that bench below the minimum are destroyed, marked bad and never rented again; every
+    rent is a create and every host that ended before the day did is a destroy of its
+    instance."""
     world = sim.make_world(7)
-    run = sim.Simulation(world, sim.DEFAULT_LIMITS)
-    run.run(sim.autopilot, "autopilot")
+    run, result = asyncio.run(sim.simulate(world, sim.DEFAULT_LIMITS, sim.autopilot,
+                                           "autopilot"))
+    calls = [(c.method, c.path) for c in result.vast_calls]
+    assert all(c.status == 200 for c in result.vast_calls), "a call to the fake failed"
+    creates = [path for method, path in calls if method == "PUT"]
+    destroys = {path for method, path in calls if method == "DELETE"}
+    assert len(creates) == len(run.hosts)
+    assert destroys == {f"/api/v0/instances/{h.instance_id}/" for h in run.hosts.values()
+                        if h.ended_at is not None and h.ended_at < run.now}
+    assert not run.market.instances.keys() - {h.instance_id for h in run.hosts.values()
+                                              if h.ended_at == run.now}
+    assert ("POST", "/api/v0/bundles/") in calls and ("GET", "/api/v1/instances/") in calls
     never = [h for h in run.hosts.values() if h.machine.never_boots]
     slow = [h for h in run.hosts.values() if h.machine.true_rate < sim.MIN_BENCH_RATE]
     assert never or slow, "the day met no faulty host: the test proves nothing"
     for host in never:
+        assert not host.booted and host.ready_at is None
         assert host.ended_at is not None and host.machine.offer.provider_machine_id in run.bad
     for host in slow:
         assert host.machine.offer.provider_machine_id in run.bad

@@ -19,6 +19,7 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import DeploySecret
 from vastmgr.remote import vast
 from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.fake_vast import FakeVast
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.management.commands import remote_automation
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
@@ -26,7 +27,6 @@ from vastmgr.remote.ssh import MachineLink
 from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient
 
 from .conftest import API_KEY
-from .fake_vast import FakeVast
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,7 +18,7 @@ from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
 from vastmgr.autopilot.models import draining_machine_ids
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.proofs import fragments as proof_fragments
-from vastmgr.proofs import jobs
+from vastmgr.proofs import jobs, placement
 from vastmgr.proofs.models import ProofJob
 
 from .liveness import LIVE, connection_state
@@ -94,65 +94,72 @@ class Dispatcher:
             self.watch_result(job)
 
     async def dispatch(self) -> None:
+        """Hand queued jobs to engines with room (`placement.place`): the rest stay queued
+        here, where a host that becomes running takes its share at once."""
         queued = await database_sync_to_async(jobs.queued_jobs)()
         if not queued:
             return
-        # Jobs handed out this tick count towards load, so a burst spreads over the fleet.
-        planned: dict[int, int] = {}
         # Hosts the autopilot drains take no new work; they are destroyed once theirs is done.
         self.draining = await database_sync_to_async(draining_machine_ids)()
+        by_id = {}
         for job in queued:
             if job.machine_id is not None:
                 reason = job.machine.unusable_reason()
                 if reason:
                     await self.publish_job(await database_sync_to_async(jobs.fail)(job.pk, reason))
                     continue
-            host = self._choose_host(job, planned)
-            if host is None:
-                continue
-            # Claimed before it is submitted: of several controllers, exactly one submits it.
-            if await database_sync_to_async(jobs.claim)(job.pk, host.machine_id) is None:
-                continue
-            planned[host.machine_id] = planned.get(host.machine_id, 0) + 1
-            try:
-                answer = await host.client.submit(
-                    request_id=str(job.pk), kind=job.kind, profile=job.profile, seed=job.seed,
-                    priority=job.priority)
-            except EngineAPIError as exc:
-                await self.publish_job(await database_sync_to_async(jobs.fail)(
-                    job.pk, f"the engine on {self.fleet.machine_name(host.machine_id)} "
-                            f"rejected the job: {exc}"))
-                continue
-            except EngineUnreachable as exc:
-                log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
-                await database_sync_to_async(jobs.unclaim)(job.pk, host.machine_id)
-                if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
-                    await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
-                                                                    str(exc))
-                continue
-            updated = await database_sync_to_async(jobs.mark_submitted)(
-                job.pk, host.machine_id, str(answer.get("job_id", "")))
-            if updated is not None:
-                self.watch_result(updated)
-                await self.publish_job(updated)
+            by_id[job.pk] = job
+        engines = await self._engines()
+        placements = placement.place(
+            (placement.Waiting(job.pk, job.priority, job.machine_id) for job in by_id.values()),
+            [engine for engine, _ in engines.values()])
+        for placed in placements:
+            await self._submit(by_id[placed.job], engines[placed.engine][1])
 
-    def _choose_host(self, job: ProofJob, planned: dict[int, int]) -> ConnectedEngine | None:
-        # A draining engine refuses new jobs: leave it out until its replacement is live.
-        candidates = [h for h in self.live_hosts()
-                      if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting
-                      and h.machine_id not in self.draining]
-        if job.machine_id is not None:
-            candidates = [h for h in candidates if h.machine_id == job.machine_id]
-        if not candidates:
-            return None
-
-        def load(host: ConnectedEngine) -> tuple[int, int]:
+    async def _engines(self) -> dict[int, tuple[placement.Engine, ConnectedEngine]]:
+        """The engines that take work now, each with what it holds: the larger of the jobs
+        the dashboard has on it (those submitted since its last snapshot included) and the
+        unfinished jobs its status lists (those others submitted included)."""
+        hosts = [h for h in self.live_hosts()
+                 if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting
+                 and h.machine_id not in self.draining]
+        if not hosts:
+            return {}
+        ours = await database_sync_to_async(jobs.holding_by_machine)()
+        engines = {}
+        for host in hosts:
             snapshot = cast(EngineSnapshot, host.live.snapshot)
-            busy = sum(1 for p in snapshot.pipelines if p.status in UNFINISHED_STATUSES)
-            queue = snapshot.counters.queue_depth
-            return (busy + queue + planned.get(host.machine_id, 0), host.machine_id)
+            listed = sum(1 for p in snapshot.pipelines if p.status in UNFINISHED_STATUSES)
+            engines[host.machine_id] = (placement.Engine(
+                host.machine_id, len(snapshot.gpu_workers),
+                max(ours.get(host.machine_id, 0), listed)), host)
+        return engines
 
-        return min(candidates, key=load)
+    async def _submit(self, job: ProofJob, host: ConnectedEngine) -> None:
+        # Claimed before it is submitted: of several controllers, exactly one submits it.
+        if await database_sync_to_async(jobs.claim)(job.pk, host.machine_id) is None:
+            return
+        try:
+            answer = await host.client.submit(
+                request_id=str(job.pk), kind=job.kind, profile=job.profile, seed=job.seed,
+                priority=job.priority)
+        except EngineAPIError as exc:
+            await self.publish_job(await database_sync_to_async(jobs.fail)(
+                job.pk, f"the engine on {self.fleet.machine_name(host.machine_id)} "
+                        f"rejected the job: {exc}"))
+            return
+        except EngineUnreachable as exc:
+            log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
+            await database_sync_to_async(jobs.unclaim)(job.pk, host.machine_id)
+            if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
+                await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
+                                                                str(exc))
+            return
+        updated = await database_sync_to_async(jobs.mark_submitted)(
+            job.pk, host.machine_id, str(answer.get("job_id", "")))
+        if updated is not None:
+            self.watch_result(updated)
+            await self.publish_job(updated)
 
     def watch_result(self, job: ProofJob) -> None:
         key = str(job.pk)

@@ -1,4 +1,6 @@
-"""A strict fake of the Vast.ai API on 127.0.0.1.
+"""A strict fake of the Vast.ai API on 127.0.0.1: the tests' Vast, and the market of the
+autopilot's simulated day (`autopilot/sim.py`, `manage.py bench_autopilot`), which drives the
+product's own Vast client against it.
 
 Written from the official client (PyPI `vastai` 1.9.1: api/client.py, api/offers.py,
 api/instances.py, api/keys.py, api/query.py, data/offer.py, data/instance.py,
@@ -14,7 +16,9 @@ contract is clear it is stricter than the real service, so that a client mistake
   $/h including `allocated_storage` GB of disk at `storage_cost` $/GB/month), `order` and
   `limit` are honoured, and a market of several hundred offers is one call away;
 - instances go null → loading → running on the fake's own clock (`advance`), `ports` only while
-  running; they can exit, go offline or disappear;
+  running, each machine on its own schedule where `boots` gives one (None: it never gets past
+  loading); they can exit, go offline or disappear; with `relist`, a destroyed instance's
+  machine is offered again, as Vast lists a machine again once its renter leaves;
 - faults: 429 with or without Retry-After (seconds or HTTP date; JSON or plain-text body),
   5xx, broken bodies, and a lost response after a create that did happen.
 """
@@ -66,12 +70,15 @@ PLACES = ["Texas, US", "Oregon, US", "Quebec, CA", "Sweden, SE", "Taiwan, TW", "
 
 class FakeVast:
     def __init__(self, api_key: str, *, page_size: int = 25, ssh_endpoint=("127.0.0.1", 22),
-                 on_ssh_key=None, boot_s=(10.0, 60.0)):
+                 on_ssh_key=None, boot_s=(10.0, 60.0), relist: bool = False):
         self.api_key = api_key
         self.page_size = page_size
         self.ssh_endpoint = ssh_endpoint
         self.on_ssh_key = on_ssh_key or (lambda key: None)
         self.boot_s = boot_s  # (null → loading, loading → running) seconds after create
+        # Per machine_id: its own boot_s, or None for a machine that never boots.
+        self.boots: dict[int, tuple[float, float] | None] = {}
+        self.relist = relist
         self.clock = 0.0
         self.offers: dict[int, dict] = {}
         self.instances: dict[int, dict] = {}
@@ -80,7 +87,7 @@ class FakeVast:
         self._offer_ids = itertools.count(31_000_000, 7)
         self._instance_ids = itertools.count(18_000_000)
         self._machine_ids = itertools.count(40_000)
-        self.runner = None
+        self.runner: web.AppRunner | None = None
         self.url = ""
 
     # ------------------------------------------------------------------ market and clock
@@ -213,15 +220,15 @@ class FakeVast:
         app.router.add_get("/api/v0/instances/{id:\\d+}/", self.show)
         app.router.add_delete("/api/v0/instances/{id:\\d+}/", self.destroy)
         app.router.add_post("/api/v0/instances/{id:\\d+}/ssh/", self.attach_ssh)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        runner = self.runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         return self.url
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        if self.runner is not None:
+            await self.runner.cleanup()
 
     @web.middleware
     async def _middleware(self, request, handler):
@@ -283,8 +290,7 @@ class FakeVast:
         offers = [self.priced(o, storage) for o in self.offers.values()]
         order = query.get("order", [["score", "desc"]])
         for column, direction in reversed(self._order(order, offers)):
-            offers.sort(key=lambda o, c=column: (o.get(c) is None, o.get(c) or 0),
-                        reverse=direction == "desc")
+            offers.sort(key=_by(column), reverse=direction == "desc")
         found = [o for o in offers if all(_matches(k, o.get(k), cond)
                                           for k, cond in filters.items())]
         return web.json_response({"offers": found[:limit]})
@@ -315,7 +321,8 @@ class FakeVast:
 
     def add_instance(self, label: str | None = None) -> int:
         """An instance someone else created on the account (the console, another tool)."""
-        offer = self.offers.get(next(iter(self.offers), None)) or self.add_offer()
+        first = next(iter(self.offers), None)
+        offer = (self.offers[first] if first is not None else None) or self.add_offer()
         return self._create(offer, {"client_id": "me", "image": "ubuntu:22.04", "disk": 16,
                                     "label": label})
 
@@ -343,14 +350,17 @@ class FakeVast:
             "dph_base": offer["dph_base"], "dph_total": priced["dph_total"],
             "storage_cost": offer["storage_cost"], "geolocation": offer["geolocation"],
             "template_id": None, "template_hash_id": None, "_created": self.clock,
+            "_offer": offer,
         }
         return instance_id
 
     def _public(self, instance: dict) -> dict:
         """The instance as the API shows it now: status from the clock, ports while running."""
         age = self.clock - instance["_created"]
+        boot = self.boots.get(instance["machine_id"], self.boot_s)
         status = instance.get("_forced") or (
-            None if age < self.boot_s[0] else "loading" if age < self.boot_s[1] else "running")
+            None if age < (boot or self.boot_s)[0] else
+            "loading" if boot is None or age < boot[1] else "running")
         row = {k: v for k, v in instance.items() if not k.startswith("_")}
         row["actual_status"] = status
         if status == "running":
@@ -396,8 +406,11 @@ class FakeVast:
     async def destroy(self, request):
         if not isinstance(request[BODY], dict):
             return _error(400, "invalid_args", "the body must be a JSON object")
-        if self.instances.pop(int(request.match_info["id"]), None) is None:
+        instance = self.instances.pop(int(request.match_info["id"]), None)
+        if instance is None:
             return _error(404, "no_such_instance", "Instance not found")
+        if self.relist:
+            self.offers[instance["_offer"]["id"]] = instance["_offer"]
         return web.json_response({"success": True})
 
     async def attach_ssh(self, request):
@@ -410,6 +423,11 @@ class FakeVast:
         instance.setdefault("ssh_keys", []).append(key)
         self.on_ssh_key(key)
         return web.json_response({"success": True})
+
+
+def _by(column: str):
+    """A sort key on one column: missing values last."""
+    return lambda offer: (offer.get(column) is None, offer.get(column) or 0)
 
 
 def _matches(column: str, value, condition: dict) -> bool:
