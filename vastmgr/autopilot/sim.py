@@ -405,7 +405,7 @@ class Simulation:
             request = vast.RentRequest.from_offer(offer)
             host_id = len(self.hosts) + 1
             instance_id = await self.client.create_instance(
-                request.offer_id, image=request.image, disk_gb=request.disk_gb,
+                request.offer_id, image=request.deployment.image, disk_gb=request.disk_gb,
                 label=f"{vast.LABEL_PREFIX}sim-{host_id}")
         except VastError:
             return  # counted in the calls; nothing was rented
