@@ -1,6 +1,7 @@
 """A fleet row's inline detail (vast-manager's expanded row): the machine's facts, its live
-engine panel (the host page's own socket keeps it current) and its pushed logs with one tab
-per source. Fetched when the row's toggle is pressed; the logs part re-reads itself."""
+engine panel and charts (the host page's own socket keeps them current: the detail renders
+every part that socket pushes) and its pushed logs with one tab per source. Fetched when the
+row's toggle is pressed; the logs part re-reads itself."""
 
 import time
 
@@ -22,11 +23,13 @@ ALL = "all"
 def row_detail(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     machine = get_object_or_404(Machine.objects.select_related("remote"), pk=machine_id)
     remote = getattr(machine, "remote", None)
+    now = time.time()
     return render(request, "fleet/detail/row_detail.html", {
         "machine": machine, "remote": remote,
         "spent": remote.spent() if remote else None,
         "instance": machine.callhome_instances.order_by("-runner_id").first(),
-        "panel_html": fragments.render_host_panel(machine, time.time()),
+        "panel_html": fragments.render_host_panel(machine, now),
+        "charts_html": fragments.render_host_charts(machine, now),
         "logs": _logs(machine, ALL)})
 
 
