@@ -446,9 +446,17 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     detail.get_by_role("tab", name="all").click()
     page.wait_for_function(
         f"document.getElementById('host-{machine_pk}-logs').dataset.source === 'all'")
+    page.evaluate(f"window.__shownLog = document.getElementById('host-{machine_pk}-logpanel')")
     page.wait_for_timeout(LOG_POLL_S * 2500)
     polls = [at for at, trigger in upstream_reads if trigger == f"host-{machine_pk}-logs"]
     assert len(polls) >= 2
     assert all(b - a > LOG_POLL_S * 0.8 for a, b in zip(polls, polls[1:], strict=False)), polls
+    # A quiet log is left as it is (a reader keeps their place); a pushed line appears.
+    assert page.evaluate("window.__shownLog.isConnected")
+    home.send("/api/log-push", b"proof 1 done\n", {"X-Instance-UUID": me["uuid"],
+                                                     "X-Log-Source": "cuzk"})
+    page.wait_for_function(
+        f"document.getElementById('host-{machine_pk}-logpanel').textContent"
+        ".includes('[cuzk] proof 1 done')", timeout=LOG_POLL_S * 3000)
     assert errors == []
     screenshot(page, "parity-row-expanded")

@@ -34,16 +34,25 @@ def row_detail(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespon
 
 
 def row_logs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
-    """The logs part alone, on a tab (`?source=`) and every few seconds."""
+    """The logs part alone, on a tab (`?source=`) and every few seconds. A poll names the
+    newest line it shows (`?after=`): with nothing newer it is answered 204, which htmx leaves
+    in place, so a reader's scroll position and selection survive a quiet log."""
     machine = get_object_or_404(Machine, pk=machine_id)
     source = request.GET.get("source", ALL)[:64]
+    after = request.GET.get("after", "")
+    if after.isascii() and after.isdigit() and len(after) <= 18 and             not _machine_lines(machine).filter(id__gt=int(after)).exists():
+        return HttpResponse(status=204)
     return render(request, "fleet/detail/row_logs.html",
                   {"machine": machine, "logs": _logs(machine, source)})
 
 
-def _logs(machine: Machine, source: str) -> dict:
+def _machine_lines(machine: Machine):
     uuids = list(Instance.objects.filter(machine=machine).values_list("uuid", flat=True))
-    lines = LogLine.objects.filter(uuid__in=uuids)
+    return LogLine.objects.filter(uuid__in=uuids)
+
+
+def _logs(machine: Machine, source: str) -> dict:
+    lines = _machine_lines(machine)
     sources = sorted(set(lines.values_list("source", flat=True)))
     if source != ALL and source not in sources:
         source = ALL
@@ -51,5 +60,7 @@ def _logs(machine: Machine, source: str) -> dict:
     url = reverse("fleet-row-logs", args=[machine.pk])
     return {"sources": [ALL, *sources] if sources else [], "source": source, "url": url,
             "lines": list(reversed(shown.order_by("-id")[:LOG_LINES])),
+            # The newest line of any source: a new one may also bring a new tab.
+            "last_id": lines.order_by("-id").values_list("id", flat=True).first() or 0,
             "poll_s": LOG_POLL_S}
 
