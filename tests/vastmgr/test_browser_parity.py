@@ -10,6 +10,7 @@ fake Vast, the engine or the database (through the JSON API) at that moment. Scr
 test-output/browser/ (parity-fleet.png, parity-offers.png, parity-row-expanded.png)."""
 
 import asyncio
+import itertools
 import json
 import math
 import re
@@ -450,7 +451,7 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     page.wait_for_timeout(LOG_POLL_S * 2500)
     polls = [at for at, trigger in upstream_reads if trigger == f"host-{machine_pk}-logs"]
     assert len(polls) >= 2
-    assert all(b - a > LOG_POLL_S * 0.8 for a, b in zip(polls, polls[1:], strict=False)), polls
+    assert all(b - a > LOG_POLL_S * 0.8 for a, b in itertools.pairwise(polls)), polls
     # A quiet log is left as it is (a reader keeps their place); a pushed line appears.
     assert page.evaluate("window.__shownLog.isConnected")
     home.send("/api/log-push", b"proof 1 done\n", {"X-Instance-UUID": me["uuid"],
