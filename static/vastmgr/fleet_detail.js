@@ -41,8 +41,14 @@
     delete open[id];
     var gone = detail(id);
     if (gone) {
-      if (window.htmx) window.htmx.remove(gone);  // closes its panel's socket
-      else gone.remove();
+      if (window.htmx) {
+        // An unfinished log read is abandoned; removing closes the panel's socket and ends
+        // the logs' polling.
+        gone.querySelectorAll(".detail-logs").forEach(function (logs) {
+          window.htmx.trigger(logs, "htmx:abort");
+        });
+        window.htmx.remove(gone);
+      } else gone.remove();
     }
     sync();
   }
@@ -87,6 +93,23 @@
     var table = document.getElementById("fleet-table");
     if (!table) return;
     new MutationObserver(sync).observe(table, { childList: true, subtree: true });
+  }
+
+  // The detail's socket is the host page's: besides the panel and charts the detail shows, it
+  // carries the notices (toasts) that the fleet's own socket delivers to this page already.
+  // Only the parts the detail holds are swapped in: no notice twice, no part without a target.
+  if (window.htmx) {
+    window.htmx.defineExtension("detail-socket", {
+      transformResponse: function (text, xhr, socketElt) {
+        if (xhr) return text;  // an ordinary request (a chart window) asked for what it gets
+        var template = document.createElement("template");
+        template.innerHTML = text;
+        Array.prototype.slice.call(template.content.children).forEach(function (part) {
+          if (!part.id || !socketElt.querySelector("#" + CSS.escape(part.id))) part.remove();
+        });
+        return template.innerHTML;
+      }
+    });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);

@@ -10,10 +10,12 @@ fake Vast, the engine or the database (through the JSON API) at that moment. Scr
 test-output/browser/ (parity-fleet.png, parity-offers.png, parity-row-expanded.png)."""
 
 import asyncio
+import itertools
 import json
 import math
 import re
 import threading
+import time
 import urllib.request
 from decimal import Decimal
 
@@ -23,6 +25,7 @@ import pytest
 from tests.conftest import free_port
 from tests.vastmgr import test_browser
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
+from vastmgr.fleet.detail import LOG_POLL_S
 from vastmgr.remote.fake_vast import FakeVast
 
 param_cache, browser = test_browser.param_cache, test_browser.browser
@@ -250,15 +253,41 @@ def fleet_row(page, name: str):
         f".host-cell a.truncate:text-is('{name}')"))
 
 
+def console_errors(page) -> list[str]:
+    """What the page logs as an error (htmx's "no target" among them) or throws, from now on."""
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
+def log_reads(page, machine_id) -> list[tuple[float, str]]:
+    """Each request the page makes for a row's logs, from now on: (time, what asked: the logs
+    part's own poll is `host-N-logs`, a tab is its button)."""
+    reads: list[tuple[float, str]] = []
+    path = f"/fragments/fleet/{machine_id}/logs/"
+    page.on("request", lambda request: path in request.url and reads.append(
+        (time.monotonic(), request.headers.get("hx-trigger", ""))))
+    return reads
+
+
 def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
         stack, page, fake_vast, ports):
     # The local engine's row opens from the keyboard: its facts, its live panel, its logs.
+    errors = console_errors(page)
     row = fleet_row(page, "local")
     machine_id = row.get_attribute("data-host")
+    reads = log_reads(page, machine_id)
     toggle = row.locator(".row-toggle")
     assert toggle.get_attribute("aria-expanded") == "false"
-    page.evaluate("""() => document.addEventListener("htmx:wsOpen", event => {
-        if (event.target.closest(".row-detail")) window.__detailSocket = true; }, true)""")
+    page.evaluate("""() => {
+        window.__detailMessages = [];
+        document.addEventListener("htmx:wsOpen", event => {
+            if (event.target.closest(".row-detail")) window.__detailSocket = true; }, true);
+        document.addEventListener("htmx:wsAfterMessage", event => {
+            if (event.target.closest(".row-detail"))
+                window.__detailMessages.push(event.detail.message); }, true);
+    }""")
     toggle.focus()
     page.keyboard.press("Enter")
     detail = page.locator(f"#host-{machine_id}-detail")
@@ -276,6 +305,16 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
         "([el, seq]) => Number(el.getAttribute('data-snapshot-seq')) >= seq",
         arg=[panel.element_handle(), engine_seq])
     assert "No logs pushed" in detail.locator(".detail-logs").inner_text()
+    # Its charts are drawn, and the controller's pushes to the host's socket (the charts with
+    # each history sample, every 10 s) land in the detail: no part of them without a target.
+    page.wait_for_function(
+        "id => document.querySelectorAll(`#host-${id}-detail #host-${id}-charts .plot`)"
+        ".length === 2 && [...document.querySelectorAll(`#host-${id}-charts .plot`)]"
+        ".every(plot => plot._uplot)", arg=machine_id)
+    page.wait_for_function(
+        "id => window.__detailMessages.slice(1).some(m => m.includes(`host-${id}-charts`))",
+        arg=machine_id, timeout=30_000)
+    assert errors == []
 
     # The socket's full state replaces the table body (and the detail row with it): the row is
     # open again at once, under its row, with its toggle still saying so.
@@ -291,11 +330,15 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     row = fleet_row(page, "local")
     assert row.locator(".row-toggle").get_attribute("aria-expanded") == "true"
     assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
-    # Pressed again: it closes.
+    # Pressed again: it closes, and its logs are read no more (one poll period and a half).
     row.locator(".row-toggle").focus()
     page.keyboard.press(" ")
     detail.wait_for(state="detached")
     assert row.locator(".row-toggle").get_attribute("aria-expanded") == "false"
+    closed_at, polls = time.monotonic(), len(reads)
+    page.wait_for_timeout(LOG_POLL_S * 1500)
+    assert reads[polls:] == [] and all(at < closed_at for at, _ in reads)
+    assert errors == []
 
     # Offers: a bulk rent of two makes two machines (Vast and the database agree).
     for machine in (40004, 40005):
@@ -384,6 +427,7 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
 
     # Its fleet row opens on its call-home state and its logs, a tab per source.
     page.goto(f"{stack}/")
+    upstream_reads = log_reads(page, machine_pk)
     row = fleet_row(page, f"vast-{vast_id}")
     row.locator(".row-toggle").click()
     detail = page.locator(f"#host-{machine_pk}-detail")
@@ -396,4 +440,24 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     shown = detail.locator("pre.log").inner_text().splitlines()
     stored = [line["text"] for line in api(page, f"/api/instance-logs/{me['uuid']}?source=setup")]
     assert shown == stored == ["fetching params", "params ok"]
+    # Switching tabs starts no second poll: the logs part's own reads stay one per period.
+    detail.get_by_role("tab", name="cuzk").click()
+    page.wait_for_function(
+        f"document.getElementById('host-{machine_pk}-logs').dataset.source === 'cuzk'")
+    detail.get_by_role("tab", name="all").click()
+    page.wait_for_function(
+        f"document.getElementById('host-{machine_pk}-logs').dataset.source === 'all'")
+    page.evaluate(f"window.__shownLog = document.getElementById('host-{machine_pk}-logpanel')")
+    page.wait_for_timeout(LOG_POLL_S * 2500)
+    polls = [at for at, trigger in upstream_reads if trigger == f"host-{machine_pk}-logs"]
+    assert len(polls) >= 2
+    assert all(b - a > LOG_POLL_S * 0.8 for a, b in itertools.pairwise(polls)), polls
+    # A quiet log is left as it is (a reader keeps their place); a pushed line appears.
+    assert page.evaluate("window.__shownLog.isConnected")
+    home.send("/api/log-push", b"proof 1 done\n", {"X-Instance-UUID": me["uuid"],
+                                                     "X-Log-Source": "cuzk"})
+    page.wait_for_function(
+        f"document.getElementById('host-{machine_pk}-logpanel').textContent"
+        ".includes('[cuzk] proof 1 done')", timeout=LOG_POLL_S * 3000)
+    assert errors == []
     screenshot(page, "parity-row-expanded")

@@ -272,7 +272,18 @@ def test_a_row_expands_to_its_facts_live_panel_and_logs_per_source(client, admin
     logs = admin_client.get(f"/fragments/fleet/{alpha.pk}/logs/?source=setup").content.decode()
     assert "params ok" in logs and "rate=61.5" not in logs and "[setup]" not in logs
     assert re.search(r'aria-selected="true"[^>]*>setup<', logs)
-    assert f'hx-get="/fragments/fleet/{alpha.pk}/logs/?source=setup"' in logs  # polls its tab
+    # It polls its tab, naming the newest line shown: nothing newer is a 204 (left in place),
+    # a pushed line is the fresh part.
+    newest = LogLine.objects.filter(uuid=instance.uuid).order_by("-id").first().pk
+    poll = f"/fragments/fleet/{alpha.pk}/logs/?source=setup&after={newest}"
+    assert f'hx-get="{poll.replace("&", "&amp;")}"' in logs
+    quiet_poll = admin_client.get(poll)
+    assert quiet_poll.status_code == 204 and quiet_poll.content == b""
+    LogLine.push(instance.uuid, "benchout", b"rate=62.0\n")  # another tab's line: new tab list
+    fresh = admin_client.get(poll)
+    assert fresh.status_code == 200 and "params ok" in fresh.content.decode()
+    pushed = LogLine.objects.filter(uuid=instance.uuid).order_by("-id").first().pk
+    assert pushed > newest and f"after={pushed}" in fresh.content.decode()
     # An unknown source is the whole log, an unknown machine a 404, a visitor goes to log in.
     assert "rate=61.5" in admin_client.get(
         f"/fragments/fleet/{alpha.pk}/logs/?source=nope").content.decode()

@@ -56,6 +56,11 @@ def parse_env(text: str, reserved: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
+def format_env(env: dict[str, str]) -> str:
+    """The NAME=value lines parse_env reads back as `env`."""
+    return "\n".join(f"{name}={value}" for name, value in env.items())
+
+
 Default = TypeVar("Default", float, None)
 
 

@@ -216,11 +216,28 @@ ENV_MAX = 4000  # characters of NAME=value lines; Vast passes them as docker -e 
 UPSTREAM_RESERVED_ENV = (SECRET_ENV, MIN_RATE_ENV)
 
 
-def checked_env(text: str) -> dict[str, str]:
+# What the rent dialog shows in place of a stored env value: the values are operator secrets
+# (vast-manager's PAVAIL), so the page carries only their names. A line left as NAME=<mask>
+# keeps the stored value; a deleted line removes it.
+ENV_MASK = "\u2022" * 8
+
+
+def masked_env(env: dict[str, str]) -> str:
+    return "\n".join(f"{name}={ENV_MASK}" for name in env)
+
+
+def checked_env(text: str, kept: dict[str, str] | None = None) -> dict[str, str]:
+    """The env typed in the dialog, each masked value replaced by the stored one in `kept`."""
     try:
-        return parse_env(text, UPSTREAM_RESERVED_ENV)
+        env = parse_env(text, UPSTREAM_RESERVED_ENV)
     except ValueError as exc:
         raise forms.ValidationError(str(exc)) from None
+    for name, value in env.items():
+        if value == ENV_MASK:
+            if kept is None or name not in kept:
+                raise forms.ValidationError(f"{name} has no stored value to keep: type its value")
+            env[name] = kept[name]
+    return env
 
 
 class RentForm(ErrorMessage, forms.Form):
@@ -242,8 +259,10 @@ class RentForm(ErrorMessage, forms.Form):
 
     DEFAULT_MAX_PRICE_PER_PROOF = Decimal("0.008")  # vast-manager's default
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, kept_env: dict[str, str] | None = None, **kwargs):
+        """`kept_env`: the env the dialog showed masked, whose values a masked line keeps."""
         super().__init__(*args, **kwargs)
+        self.kept_env = kept_env or {}
         values = self.data.getlist("offer_ids") if hasattr(self.data, "getlist") else []
         self.fields["offer_ids"].choices = [(v, v) for v in values]  # type: ignore[attr-defined]
 
@@ -263,9 +282,8 @@ class RentForm(ErrorMessage, forms.Form):
                                         "magik6k/curio-cuzk:latest (no spaces)")
         return image
 
-    def clean_env(self) -> str:
-        checked_env(self.cleaned_data["env"])  # raises with the line at fault
-        return self.cleaned_data["env"].strip()
+    def clean_env(self) -> dict[str, str]:
+        return checked_env(self.cleaned_data["env"], self.kept_env)
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -281,7 +299,7 @@ class RentForm(ErrorMessage, forms.Form):
         if data["engine_flavour"] != Machine.Flavour.CUZK_UPSTREAM:
             return Deployment()
         return Deployment(flavour=Machine.Flavour.CUZK_UPSTREAM, image=data["image"],
-                          env=checked_env(data["env"]), onstart=data["onstart"].strip())
+                          env=data["env"], onstart=data["onstart"].strip())
 
 
 # A Docker reference: [registry/]name[:tag][@digest], no whitespace.

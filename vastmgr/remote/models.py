@@ -2,11 +2,14 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
 
 from . import secrets
+from .conf import format_env, parse_env
 
 
 class Secret(models.Model):
@@ -160,16 +163,39 @@ class RentPreference(models.Model):
     max_price_per_proof = models.DecimalField(max_digits=8, decimal_places=5)
     disk_gb = models.PositiveIntegerField()
     # What runs there: our engine (provisioned over SSH) or Curio's cuzk image (upstream),
-    # with the image, env (KEY=VALUE lines) and onstart command it was rented with.
+    # with the image and onstart command it was rented with. Its env is not a column: the
+    # values are operator secrets (vast-manager's PAVAIL), kept encrypted in a Secret.
     engine_flavour = models.CharField(max_length=20, choices=Machine.Flavour.choices,
                                       default=Machine.Flavour.CUZK_ENGINE)
     image = models.CharField(max_length=255, blank=True)
-    env = models.TextField(blank=True)
     onstart = models.TextField(blank=True)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"{self.user}: ${self.max_price_per_proof}/proof, {self.disk_gb} GB"
+
+    @staticmethod
+    def env_secret_name(user_id: int) -> str:
+        return f"rent_env:{user_id}"
+
+    def env(self) -> dict[str, str]:
+        """The upstream worker's env this user last rented with; SecretUnavailable when it
+        cannot be decrypted any more."""
+        name = self.env_secret_name(self.user_id)
+        return parse_env(Secret.reveal(name)) if Secret.is_set(name) else {}
+
+    def set_env(self, env: dict[str, str]) -> None:
+        """Kept encrypted; an empty env leaves no Secret behind."""
+        if env:
+            Secret.store(self.env_secret_name(self.user_id), format_env(env))
+        else:
+            Secret.objects.filter(name=self.env_secret_name(self.user_id)).delete()
+
+
+@receiver(post_delete, sender=RentPreference)
+def _forget_rent_env(sender, instance: RentPreference, **kwargs) -> None:
+    """A deleted preference (its user deleted) takes its env's secret with it."""
+    instance.set_env({})
 
 
 class UnmanagedInstance(models.Model):

@@ -25,7 +25,7 @@ from vastmgr.http import AuthenticatedHttpRequest
 
 from . import background, vast
 from .actions import ACTIONS, LAUNCHED, offered, why_not
-from .conf import RemoteSettings
+from .conf import RemoteSettings, parse_env
 from .forms import (
     MAX_BULK_RENT,
     AddHostForm,
@@ -35,6 +35,7 @@ from .forms import (
     CommandForm,
     OfferSearchForm,
     RentForm,
+    masked_env,
     min_bench_rate,
 )
 from .models import BadHost, RemoteHost, RentPreference, Secret, VastSync
@@ -297,17 +298,31 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 def rent_defaults(user: User) -> dict:
-    """The rent dialog's starting values: this user's last choice, else vast-manager's."""
+    """The rent dialog's starting values: this user's last choice, else vast-manager's. The
+    env's values are secrets: the dialog gets their names only."""
     saved = RentPreference.objects.filter(user=user).first()
     price = saved.max_price_per_proof if saved else RentForm.DEFAULT_MAX_PRICE_PER_PROOF
     configured = RemoteSettings.load()
+    env_error = ""
+    try:
+        env = upstream_env(saved)
+    except SecretUnavailable as exc:
+        env, env_error = {}, str(exc)
     return {"max_price_per_proof": price.normalize(),  # 0.004, not 0.00400
             "disk_gb": saved.disk_gb if saved else vast.DEFAULT_DISK_GB,
             "engine_flavour": saved.engine_flavour if saved else Machine.Flavour.CUZK_ENGINE,
             # An upstream worker's image, env and onstart: the user's last, else the settings'.
             "image": saved.image if saved and saved.image else configured.upstream_image,
-            "env": saved.env if saved and saved.image else configured.upstream_env,
+            "env": masked_env(env), "env_error": env_error,
             "onstart": saved.onstart if saved and saved.image else configured.upstream_onstart}
+
+
+def upstream_env(saved: RentPreference | None) -> dict[str, str]:
+    """The env the rent dialog starts from: the user's last upstream rental's (`saved`), else
+    the settings'. SecretUnavailable when the stored one cannot be decrypted."""
+    if saved and saved.image:
+        return saved.env()
+    return parse_env(RemoteSettings.load().upstream_env)
 
 
 @staff_member_required
@@ -328,15 +343,21 @@ def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
 def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Rent one or several offers from the rent dialog: each machine must then benchmark at
     least ceil($/h ÷ max $/proof) proofs/h. The dialog's values are remembered for the user."""
-    form = RentForm(request.POST)
+    try:
+        kept = upstream_env(RentPreference.objects.filter(user=request.user).first())
+    except SecretUnavailable:
+        kept = {}  # a masked line then asks for its value again
+    form = RentForm(request.POST, kept_env=kept)
     if not form.is_valid():
         return HttpResponseBadRequest(f"Not rented: {form.error_message()}",
                                       content_type="text/plain; charset=utf-8")
     data = form.cleaned_data
-    RentPreference.objects.update_or_create(user=request.user, defaults={
-        "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"],
-        "engine_flavour": data["engine_flavour"], "image": data["image"], "env": data["env"],
-        "onstart": data["onstart"]})
+    with transaction.atomic():
+        preference, _ = RentPreference.objects.update_or_create(user=request.user, defaults={
+            "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"],
+            "engine_flavour": data["engine_flavour"], "image": data["image"],
+            "onstart": data["onstart"]})
+        preference.set_env(data["env"])
     rented = []
     for offer_id in data["offer_ids"]:
         try:

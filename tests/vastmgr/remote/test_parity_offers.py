@@ -154,9 +154,11 @@ async def test_an_upstream_cuzk_worker_is_rented_with_its_image_env_and_onstart(
         ("magik6k/curio-cuzk:latest", 250, "ssh_direc ssh_proxy")  # vastai --ssh --direct
     assert create["onstart"] == \
         "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
-    # Remembered: the next dialog opens on the upstream worker with the same env.
+    # Remembered: the next dialog opens on the upstream worker with the same env's names (the
+    # values are secrets: test_rent_env_secrets.py).
     page = (await sync_to_async(staff.get)("/remote/offers/")).content.decode()
-    assert 'value="cuzk-upstream" checked' in page and "PAVAIL_SERVER=192.0.2.7:22222" in page
+    assert 'value="cuzk-upstream" checked' in page and "PAVAIL_SERVER=••••••••" in page
+    assert "pa-secret" not in page
 
 
 @pytest.mark.parametrize("fields", [

@@ -1,7 +1,8 @@
 """vast-manager's remaining operator routes, with main.go's bodies and codes (Curio's history,
 cmd/vast-manager/main.go): `/api/manager-logs`, `/api/offers?filter=`, `/api/deploy` and
-`/api/cuzk-status/{uuid}`, against the strict Vast fake, a fake SSH host and a fake upstream
-cuzk status server. Bad input is a 4xx with a message, never a 5xx."""
+`/api/cuzk-status/{uuid}`, against the strict Vast fake, a fake SSH host (and for the status,
+Debian's real sshd too) and a fake upstream cuzk status server. Bad input is a 4xx with a
+message, never a 5xx."""
 
 import json
 
@@ -139,10 +140,20 @@ async def test_deploy_rents_an_upstream_cuzk_worker(market, fake_host):
 
 
 async def test_cuzk_status_is_read_through_the_machines_ssh_tunnel(fake_host, client_key):
+    await cuzk_status_through_ssh(fake_host.port, "prover", client_key)
+
+
+async def test_cuzk_status_is_read_through_a_real_sshd(sshd_host, client_key):
+    """The same through Debian's OpenSSH server, as a rented host runs it."""
+    await cuzk_status_through_ssh(sshd_host.port, sshd_host.user, client_key)
+    assert sshd_host.log().count("Accepted publickey") >= 1
+
+
+async def cuzk_status_through_ssh(ssh_port: int, ssh_user: str, client_key) -> None:
     with FakeUpstream() as upstream:
         machine = await Machine.objects.acreate(
-            name="vast-77", provider="vast", host="127.0.0.1", ssh_port=fake_host.port,
-            ssh_user="prover", engine_flavour="cuzk-upstream", engine_port=upstream.port,
+            name="vast-77", provider="vast", host="127.0.0.1", ssh_port=ssh_port,
+            ssh_user=ssh_user, engine_flavour="cuzk-upstream", engine_port=upstream.port,
             state="running")
         remote = await RemoteHost.objects.acreate(machine=machine)
         await sync_to_async(Secret.store)(remote.ssh_key_secret_name,
