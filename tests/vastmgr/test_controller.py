@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr import live_engine
@@ -15,6 +16,7 @@ from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_
 from vastmgr.asgi import application
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP
 from vastmgr.fleet.models import HostStatus, Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,6 +44,17 @@ async def serve():
         await runner.cleanup()
 
 
+async def watched_fleet_page(controller, cookie) -> WebsocketCommunicator:
+    """A fleet page's socket, once the controller (listening as `run` does) has heard which
+    rows it shows: the controller pushes a page only to viewers it knows of."""
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    await wait_until(lambda: controller.viewers.pages())
+    return ws
+
+
 async def next_row(ws, machine_id):
     """The next pushed fleet message that carries this host's row."""
     while True:
@@ -56,8 +69,7 @@ async def test_host_goes_live_then_stale_then_offline(engine):
     clock = FakeClock()
     controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
     cookie = await database_sync_to_async(session_cookie)()
-    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
-    assert (await ws.connect())[0]
+    ws = await watched_fleet_page(controller, cookie)
     assert "badge-offline" in await ws.receive_from(timeout=5)  # never seen yet
     controller.session = aiohttp.ClientSession()
     try:
@@ -132,8 +144,7 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
     controller = FleetController(publisher=LayerPublisher(), interval=1.0)
     cookie = await database_sync_to_async(session_cookie)()
-    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
-    assert (await ws.connect())[0]
+    ws = await watched_fleet_page(controller, cookie)
     await ws.receive_from(timeout=5)
     controller.session = aiohttp.ClientSession()
     try:

@@ -25,6 +25,7 @@ from vastmgr.fleet.controller.publish import (
     relay_batches,
 )
 from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.shown import ShownRows
 from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.models import Machine
 
@@ -165,3 +166,25 @@ def test_each_group_is_numbered_and_its_last_number_repeated_for_a_while():
                                                      limit=40)]
     assert [m for b in batches for m in b["messages"]] == [list(m) for m in numbered]
     assert [b["syncs"] for b in batches] == [[], [], [["fleet", 3]]]
+
+
+def test_a_row_is_resent_when_a_shown_value_changed_or_its_refresh_is_due():
+    """The seq, the receipt time and the bases of the clocks the browser runs forward are not
+    what a person reads: a row that differs only in them is not sent again until its
+    refresh is due; any other difference is sent at once."""
+    def row(seq, uptime, busy, spent="1.00"):
+        return (f'<tr id="host-1-row" data-seq="{seq}" data-snapshot-at="{seq}.5">'
+                f'<span class="tick" data-tick-base="{uptime}.000" data-tick-age="0.000" '
+                f'data-tick-digits="0">{uptime} s</span><small class="seen" data-ago="0">last '
+                f'seen 0 s ago</small><span class="money" data-amount="{spent}" '
+                f'data-per-hour="0.5">${spent}</span><b>{busy}</b> busy</tr>')
+
+    shown = ShownRows(refresh=1.5)
+    assert shown.row_moved(1, row(1, 10, 0), now=100.0)
+    assert not shown.row_moved(1, row(2, 11, 0, spent="1.01"), now=101.0)
+    assert shown.row_moved(1, row(3, 12, 1), now=101.2)  # a worker became busy
+    assert not shown.row_moved(1, row(4, 13, 1), now=102.0)
+    assert shown.row_moved(1, row(5, 14, 1), now=102.7)  # 1.5 s since it was sent
+    assert shown.totals_moved("<p>3 live</p>") and not shown.totals_moved("<p>3 live</p>")
+    shown.forget()  # the relay reconnected: what was sent may be lost
+    assert shown.row_moved(1, row(5, 14, 1), now=102.8) and shown.totals_moved("<p>3 live</p>")

@@ -49,6 +49,11 @@ def fleet_group() -> str:
     return "fleet"
 
 
+def fleet_page_group(page_key: str) -> str:
+    """The viewers of one page of the fleet table (see `table.FleetTableForm.page_key`)."""
+    return f"fleet.page.{page_key}"
+
+
 def host_group(machine_id: int) -> str:
     return f"host.{machine_id}"
 

@@ -2,18 +2,24 @@
 applied on the server to the rendered rows (their values are computed per render, from the
 stored snapshot and the provider's record, so they are sorted here rather than in SQL).
 
-Rows keep their element ids, so the controller's pushes still swap each one in place."""
+Rows keep their element ids, so the controller's pushes still swap each one in place. The table
+is paginated: a page's socket tells the controller which machines its rows show, and only those
+rows are rendered and pushed to it (see `controller.viewers`)."""
 
+import hashlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.core.paginator import Page, Paginator
+from django.http import QueryDict
 from django.utils import timezone
 
 from vastmgr.tables import TableForm
 
 from .fragments import STATE_GROUPS, HostView, load_hosts
+from .models import Machine
 
 KILLED = "killed"
 
@@ -64,6 +70,26 @@ class FleetTableForm(TableForm):
         known.sort(key=value, reverse=sort.startswith("-"))
         return known + [h for h in hosts if value(h) is None]
 
+    def page_rows(self, now: float) -> Page:
+        """The requested page of `rows` (a page past the end shows the last)."""
+        return Paginator(self.rows(now), self.PER_PAGE).get_page(self.cleaned_data.get("page") or 1)
+
+    def page_ids(self, now: float) -> list[int]:
+        """The machines the requested page shows. The unfiltered table (by name) is paginated
+        in SQL: a page's socket re-reads this every few seconds, and loading every host's
+        snapshot for it would cost as much as the page itself."""
+        if self.filtered:
+            return [host.machine.pk for host in self.page_rows(now)]
+        ids = Machine.objects.exclude(state=Machine.State.KILLED).order_by("name") \
+            .values_list("pk", flat=True)
+        return list(Paginator(ids, self.PER_PAGE).get_page(self.cleaned_data.get("page") or 1))
+
+    def page_key(self) -> str:
+        """The same for every viewer of the same page (filter, sort and page number)."""
+        data = self.cleaned_data
+        canonical = "&".join(f"{name}={data.get(name) or ''}" for name in ("state", "q", "sort"))
+        return hashlib.sha256(f"{canonical}&page={data.get('page') or 1}".encode()).hexdigest()[:16]
+
     @property
     def filtered(self) -> bool:
         """Whether the rows differ from what the socket's full state shows (every live
@@ -75,3 +101,15 @@ class FleetTableForm(TableForm):
     def error_message(self) -> str:
         return "; ".join(f"{name}: {error}" for name, errors in self.errors.items()
                          for error in errors)
+
+
+def fleet_table(query_string: bytes | str) -> FleetTableForm:
+    """The table a socket's query string asks for; the whole fleet's first page when its
+    parameters are bad (the page itself answered 400 for them)."""
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    table = FleetTableForm(QueryDict(query_string))
+    if not table.is_valid():
+        table = FleetTableForm(QueryDict(""))
+        table.is_valid()
+    return table

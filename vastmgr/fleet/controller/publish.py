@@ -57,13 +57,15 @@ def relay_token() -> str:
                     hashlib.sha256).hexdigest()
 
 
-def fragment_event(html: str, source: str = "", seq: int | None = None) -> dict:
-    return {"type": "fragment", "html": html, "source": source, "seq": seq}
+def fragment_event(html: str, source: str = "", seq: int | None = None, group: str = "") -> dict:
+    """`group`: where it was sent; numbers run per publisher and group, and a consumer may
+    be in several groups (a fleet page's rows, and the fleet-wide notices)."""
+    return {"type": "fragment", "html": html, "source": source, "seq": seq, "group": group}
 
 
-def sync_event(source: str, seq: int) -> dict:
-    """The last sequence number `source` used in a group (handled by `fragment_sync`)."""
-    return {"type": "fragment.sync", "source": source, "seq": seq}
+def sync_event(source: str, seq: int, group: str = "") -> dict:
+    """The last sequence number `source` used in `group` (handled by `fragment_sync`)."""
+    return {"type": "fragment.sync", "source": source, "seq": seq, "group": group}
 
 
 class Sequencer:
@@ -132,12 +134,12 @@ class LayerPublisher:
     async def send(self, messages: list[Message]) -> bool:
         source = self.sequencer.source
         for group, html, seq in self.sequencer.number(messages):
-            await self.layer.group_send(group, fragment_event(html, source, seq))
+            await self.layer.group_send(group, fragment_event(html, source, seq, group))
         return True
 
     async def sync(self) -> None:
         for group, seq in self.sequencer.due():
-            await self.layer.group_send(group, sync_event(self.sequencer.source, seq))
+            await self.layer.group_send(group, sync_event(self.sequencer.source, seq, group))
 
     async def listen(self, on_watch: OnWatch) -> None:
         """Feed consumers' watch announcements to `on_watch` until cancelled."""

@@ -32,6 +32,7 @@ from .hosts import HostState
 from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state, seen_at
 from .publish import LayerPublisher
+from .shown import ShownRows
 from .store import update_rows
 from .transport import transport_for
 from .upstream import watcher_for
@@ -80,6 +81,7 @@ class FleetController:
         self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
         self.others_read = float("-inf")
         self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
+        self.shown = ShownRows(refresh=HEARTBEAT_INTERVALS * interval)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -127,18 +129,22 @@ class FleetController:
             # Whatever was pushed or announced while the relay was down got lost.
             self.publisher.reconnected = False
             self.viewers.forget()
+            self.shown.forget()
             for host in self.hosts.values():
                 host.live.changed = True
         fresh = self.viewers.take_fresh()
         changed = self._collect_changes(now)
-        fleet = fragments.fleet_group()
-        if self.viewers.watched(fleet):
-            # A new viewer gets every row this controller answers for: its own hosts and the
-            # (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
-            rows = [m for m in self.machines if self._answers_for(m)] if fleet in fresh \
-                else changed
-        else:
-            rows = []
+        # Fleet pages: each watched page gets its own rows (the ones it shows) and the totals.
+        # A page is known from its viewers' announcements (a controller that just started
+        # learns of a page within RENEW_EVERY, and then pushes it whole).
+        pages = self.viewers.pages()
+        fresh_pages = {group for group in pages if group in fresh}
+        on_pages = frozenset().union(*pages.values()) if pages else frozenset()
+        rows = {machine_id for machine_id in changed if machine_id in on_pages}
+        # A new viewer gets every row of its page this controller answers for: its own hosts
+        # and the (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
+        rows |= {machine_id for group in fresh_pages for machine_id in pages[group]
+                 if machine_id in self.machines and self._answers_for(machine_id)}
         panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
                   and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
@@ -147,11 +153,13 @@ class FleetController:
             self.hosts[machine_id].status = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
-        if rows or panels:
+        if (pages and (changed or fresh_pages)) or panels:
             statuses = {**self.others, **{machine_id: host.status for machine_id, host
                                           in self.hosts.items() if host.status is not None}}
-            messages = await database_sync_to_async(self._render)(rows, panels, statuses, now)
+            messages = await database_sync_to_async(self._render)(
+                pages, fresh_pages, rows, panels, statuses, now)
             if not await self.publisher.send(messages):
+                self.shown.forget()
                 self.viewers.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
@@ -238,17 +246,29 @@ class FleetController:
                           snapshot_at=None if live.snapshot_at is None else seen_at(live.snapshot_at),
                           idle_waiting_since=None if since is None else seen_at(since))
 
-    def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
+    def _render(self, pages: dict[str, frozenset[int]], fresh_pages: set[str], rows: set[int],
+                panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
-        """The fleet rows in `rows` (with the totals) and the host panels in `panels`."""
+        """For each watched fleet page, its rows in `rows` whose shown values changed (all of
+        them for a fresh page) and the totals when they changed; the host panels in `panels`."""
         machines = list(self.machines.values())
         hosts = fragments.host_views(machines, statuses, now)
         by_id = {h.machine.pk: h for h in hosts}
         messages = []
-        if rows:
-            fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
-            fleet_html.append(fragments.render_fleet_totals(hosts, now))
-            messages.append((fragments.fleet_group(), "".join(fleet_html)))
+        if pages:
+            rendered = {machine_id: fragments.render_fleet_row(by_id[machine_id])
+                        for machine_id in rows if machine_id in by_id}
+            moved = {machine_id for machine_id, html in rendered.items()
+                     if self.shown.row_moved(machine_id, html, now)}
+            totals = fragments.render_fleet_totals(hosts, now)
+            totals_moved = self.shown.totals_moved(totals)
+            for group, members in pages.items():
+                fresh = group in fresh_pages
+                parts = [rendered[m] for m in members if m in rendered and (fresh or m in moved)]
+                if fresh or totals_moved:
+                    parts.append(totals)
+                if parts:
+                    messages.append((group, "".join(parts)))
         for machine_id in panels:
             if machine_id in by_id:
                 host = by_id[machine_id]
