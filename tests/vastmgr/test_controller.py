@@ -46,7 +46,7 @@ async def serve():
 
 async def watched_fleet_page(controller, cookie) -> WebsocketCommunicator:
     """A fleet page's socket, once the controller (listening as `run` does) has heard which
-    rows it shows: the controller pushes a page only to viewers it knows of."""
+    page it shows: the controller pushes a page only to viewers it knows of."""
     controller.spawn(controller.publisher.listen(controller.viewers.note))
     await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
     ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
@@ -243,3 +243,53 @@ async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_wit
         assert not status.connected and "malformed snapshot" in status.error
     finally:
         await controller.shutdown()
+
+
+async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on_it():
+    """The controller works out each watched page's rows from its query: a host added, killed
+    or moved by the page's sort reaches the open page with the controller's next ticks, not
+    with the page's next renewal."""
+    import re
+
+    def rows(message):
+        return [int(pk) for pk in re.findall(r'id="host-(\d+)-row"', message)]
+
+    async def next_page(ws):
+        while True:
+            message = await ws.receive_from(timeout=5)
+            if 'id="fleet-rows"' in message:
+                return rows(message)
+
+    async def machine(name, price):  # disabled: a greyed row, no engine to reach
+        return await database_sync_to_async(Machine.objects.create)(
+            name=name, provider="ssh", host="192.0.2.1", enabled=False, price_per_hour=price)
+
+    bravo = await machine("bravo", 2)
+    controller = FleetController(publisher=LayerPublisher())
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/?sort=-dph", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    assert rows(await ws.receive_from(timeout=5)) == [bravo.pk]  # its first state
+    await wait_until(lambda: controller.viewers.pages())
+    await controller.tick()
+    assert await next_page(ws) == [bravo.pk]  # a new viewer: its page whole
+    alpha = await machine("alpha", 1)
+    for _ in range(2):  # the machines are read at the end of a tick, for the next one
+        await controller.tick()
+    assert await next_page(ws) == [bravo.pk, alpha.pk]
+    alpha.price_per_hour = 3
+    await database_sync_to_async(alpha.save)()
+    for _ in range(2):
+        await controller.tick()
+    assert await next_page(ws) == [alpha.pk, bravo.pk]  # moved up by the sort
+    await database_sync_to_async(Machine.objects.filter(pk=bravo.pk).update)(
+        state=Machine.State.KILLED)
+    for _ in range(2):
+        await controller.tick()
+    assert await next_page(ws) == [alpha.pk]
+    await controller.tick()
+    assert await ws.receive_nothing(timeout=0.3)  # nothing changed: nothing sent
+    await ws.disconnect()
+    await controller.shutdown()

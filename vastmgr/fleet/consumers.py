@@ -18,7 +18,13 @@ from django.http.request import split_domain_port, validate_host
 
 from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token, sync_event
-from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP, RENEW_EVERY, watch_event
+from vastmgr.fleet.controller.viewers import (
+    ASK_EVENT,
+    CONTROLLER_GROUP,
+    RENEW_EVERY,
+    VIEWERS_GROUP,
+    watch_event,
+)
 from vastmgr.fleet.models import Machine
 from vastmgr.fleet.table import fleet_table
 
@@ -104,10 +110,11 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
 
     def other_groups(self) -> list[str]:
         """Groups joined besides the page's own (whose viewers the controller counts)."""
-        return []
+        return [VIEWERS_GROUP] if self.announces else []
 
-    def watched_rows(self) -> list[int] | None:
-        """The fleet rows this page shows, announced with its group (None: not a fleet page)."""
+    def watched_query(self) -> str | None:
+        """The fleet table query this page shows, announced with its group (None: not a
+        fleet page)."""
         return None
 
     async def connect(self):
@@ -124,8 +131,7 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
         for group in [self.group, *self.other_groups()]:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        # Rendered before announcing: a fleet page announces the rows its state shows. What
-        # the controller pushes after the announcement is handled after this first state.
+        # What the controller pushes after the announcement is handled after this first state.
         state = await database_sync_to_async(self.current_state)()
         if self.announces:
             await self.announce(True)
@@ -142,20 +148,21 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
             for group in [self.group, *self.other_groups()]:
                 await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def announce(self, watching: bool) -> None:
+    async def announce(self, watching: bool, fresh: bool = False) -> None:
         await self.channel_layer.group_send(
             CONTROLLER_GROUP, watch_event(self.group, self.channel_name, watching,
-                                          self.watched_rows()))
+                                          self.watched_query(), fresh))
 
     async def keep_announcing(self) -> None:
         while True:
             await asyncio.sleep(RENEW_EVERY)
-            await self.refresh()
             await self.announce(True)
 
-    async def refresh(self) -> None:
-        """Before each renewal: bring what the page shows up to date (a fleet page whose
-        filter or sort now picks other machines gets its new rows)."""
+    async def watch_ask(self, event):
+        """A controller (re)started listening: announce at once, and have the whole page sent,
+        since what it pushed before may never have reached this page."""
+        if self.renewal is not None:
+            await self.announce(True, fresh=True)
 
     async def receive(self, text_data=None, bytes_data=None):
         # The browser asks again after it re-opens a socket or wakes from sleep.
@@ -168,6 +175,11 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
 
     async def send_current_state(self):
         await self.send(text_data=await database_sync_to_async(self.current_state)())
+        if self.renewal is not None:
+            # The database is written after the push: the state just sent may be older than
+            # what the controller last pushed, and it pushes again only what changes from
+            # there. It sends the whole page instead.
+            await self.announce(True, fresh=True)
 
     async def fragment(self, event):
         self.note_seq(event.get("source"), event.get("group"), event.get("seq"), sync=False)
@@ -214,30 +226,20 @@ class FleetConsumer(FragmentConsumer):
 
     announces = True
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.rows: list[int] = []
-
     def get_group(self) -> str:
         self.table = fleet_table(self.scope.get("query_string", b""))
         return fragments.fleet_page_group(self.table.page_key())
 
     def other_groups(self) -> list[str]:
-        return [fragments.fleet_group()]
+        return [*super().other_groups(), fragments.fleet_group()]
 
-    def watched_rows(self) -> list[int]:
-        return self.rows
-
-    async def refresh(self) -> None:
-        rows = await database_sync_to_async(self.table.page_ids)(time.time())
-        if rows != self.rows:
-            await self.send_current_state()
+    def watched_query(self) -> str:
+        return self.table.canonical_query()
 
     def current_state(self) -> str:
         now = time.time()
-        page = list(self.table.page_rows(now))
-        self.rows = [host.machine.pk for host in page]
-        return fragments.render_fleet(now, page, self.table.query_without("page"))
+        return fragments.render_fleet(now, list(self.table.page_rows(now)),
+                                      self.table.query_without("page"))
 
 
 class HostConsumer(FragmentConsumer):
@@ -289,6 +291,8 @@ class RelayConsumer(AsyncWebsocketConsumer):
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("relay: ignoring a malformed batch")
             return
+        if batch.get("ask"):
+            await self.channel_layer.group_send(VIEWERS_GROUP, ASK_EVENT)
         for group, html, seq in messages:
             await self.channel_layer.group_send(group, fragment_event(html, source, seq, group))
         for group, seq in syncs:

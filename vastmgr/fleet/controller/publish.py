@@ -6,7 +6,9 @@ controller hands its batches to daphne over a websocket (`/ws/relay/`) that only
 the relay token (derived from SECRET_KEY, which both processes share) may open.
 
 The other direction, viewers announcing what they watch (see `viewers`), reaches the
-controller through its own channel on the shared layer, or back over the relay socket.
+controller through its own channel on the shared layer, or back over the relay socket. Each
+time the controller (re)joins that channel it asks every viewer to announce itself (a page
+whose announcement it missed would otherwise wait for its next renewal).
 
 Nothing here may lose a page's last update without the page finding out. A channel layer drops
 messages for a consumer whose queue is full (in-memory and Redis alike, silently), so every
@@ -33,7 +35,7 @@ import aiohttp
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .viewers import CONTROLLER_GROUP
+from .viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +148,11 @@ class LayerPublisher:
         channel = await self.layer.new_channel()
 
         async def rejoin():
+            await self.layer.group_add(CONTROLLER_GROUP, channel)
+            await self.layer.group_send(VIEWERS_GROUP, ASK_EVENT)
             while True:
-                await self.layer.group_add(CONTROLLER_GROUP, channel)
                 await asyncio.sleep(REJOIN_EVERY)
+                await self.layer.group_add(CONTROLLER_GROUP, channel)
 
         keeper = asyncio.create_task(rejoin())
         try:
@@ -189,6 +193,9 @@ class RelayPublisher:
                                        "Origin": self.origin}, heartbeat=20)
                 self.reconnected = self._had_connection
                 self._had_connection = True
+                # Announcements made while no relay socket was open went nowhere.
+                await self.ws.send_str(json.dumps({"source": self.sequencer.source,
+                                                   "messages": [], "ask": True}))
             return self.ws
 
     async def send(self, messages: list[Message]) -> bool:

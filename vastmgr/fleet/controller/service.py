@@ -20,8 +20,10 @@ from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 from vastmgr.errors import TransportError
 from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.fleet.fragments import HostView
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.fleet.partial_snapshot import PartialSnapshot, idle_with_work_waiting
+from vastmgr.fleet.table import FleetTableForm, fleet_table
 from vastmgr.metrics import relay as controller_metrics
 from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
@@ -32,7 +34,7 @@ from .hosts import HostState
 from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state, seen_at
 from .publish import LayerPublisher
-from .shown import ShownRows
+from .shown import ShownRows, shown_values
 from .store import update_rows
 from .transport import transport_for
 from .upstream import watcher_for
@@ -66,6 +68,7 @@ class FleetController:
         self.history_keep = history_keep
         self.hosts: dict[int, HostState] = {}  # the hosts watched here
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
+        self.machines_read = False
         self.actions: set[int] = set()
         self.background: set[asyncio.Task] = set()
         self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
@@ -82,6 +85,8 @@ class FleetController:
         self.others_read = float("-inf")
         self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
         self.shown = ShownRows(refresh=HEARTBEAT_INTERVALS * interval)
+        self.page_rows: dict[str, list[int]] = {}  # fleet page group -> its rows, last pushed
+        self.tables: dict[str, FleetTableForm] = {}  # fleet page query -> its table
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -125,26 +130,20 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
+        # A controller that just started knows no machine: a page pushed now would be empty.
+        acquired = set() if self.machines_read else await self.sync_machines()
         if getattr(self.publisher, "reconnected", False):
-            # Whatever was pushed or announced while the relay was down got lost.
+            # Whatever was pushed while the relay was down got lost (the viewers, asked again,
+            # announce themselves fresh).
             self.publisher.reconnected = False
-            self.viewers.forget()
             self.shown.forget()
             for host in self.hosts.values():
                 host.live.changed = True
         fresh = self.viewers.take_fresh()
         changed = self._collect_changes(now)
-        # Fleet pages: each watched page gets its own rows (the ones it shows) and the totals.
-        # A page is known from its viewers' announcements (a controller that just started
-        # learns of a page within RENEW_EVERY, and then pushes it whole).
+        # Fleet pages: each watched page (its query, from its viewers' announcements) gets
+        # its own rows and the totals; its rows are worked out here each tick.
         pages = self.viewers.pages()
-        fresh_pages = {group for group in pages if group in fresh}
-        on_pages = frozenset().union(*pages.values()) if pages else frozenset()
-        rows = {machine_id for machine_id in changed if machine_id in on_pages}
-        # A new viewer gets every row of its page this controller answers for: its own hosts
-        # and the (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
-        rows |= {machine_id for group in fresh_pages for machine_id in pages[group]
-                 if machine_id in self.machines and self._answers_for(machine_id)}
         panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
                   and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
@@ -153,13 +152,14 @@ class FleetController:
             self.hosts[machine_id].status = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
-        if (pages and (changed or fresh_pages)) or panels:
+        if pages or panels:
             statuses = {**self.others, **{machine_id: host.status for machine_id, host
                                           in self.hosts.items() if host.status is not None}}
             messages = await database_sync_to_async(self._render)(
-                pages, fresh_pages, rows, panels, statuses, now)
+                pages, fresh, set(changed), panels, statuses, now)
             if not await self.publisher.send(messages):
                 self.shown.forget()
+                self.page_rows.clear()
                 self.viewers.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
@@ -181,7 +181,7 @@ class FleetController:
         await self.publisher.sync()
         # Off the push's path: the machines read here (and watchers started or stopped) count
         # from the next tick, which a lifecycle change made by another process can wait for.
-        acquired = await self.sync_machines()
+        acquired |= await self.sync_machines()
         if acquired:
             await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.requeue_lost(now)
@@ -246,35 +246,59 @@ class FleetController:
                           snapshot_at=None if live.snapshot_at is None else seen_at(live.snapshot_at),
                           idle_waiting_since=None if since is None else seen_at(since))
 
-    def _render(self, pages: dict[str, frozenset[int]], fresh_pages: set[str], rows: set[int],
+    def _render(self, pages: dict[str, str], fresh: set[str], changed: set[int],
                 panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
-        """For each watched fleet page, its rows in `rows` whose shown values changed (all of
-        them for a fresh page) and the totals when they changed; the host panels in `panels`."""
-        machines = list(self.machines.values())
-        hosts = fragments.host_views(machines, statuses, now)
+        """One message per watched fleet page: the whole page when it is fresh or its rows
+        changed (a host added, removed, or moved by its sort or filter), else its changed rows
+        whose shown values moved and the totals when they moved. The host panels in `panels`."""
+        hosts = fragments.host_views(list(self.machines.values()), statuses, now)
         by_id = {h.machine.pk: h for h in hosts}
+        self.tables = {query: self.tables.get(query) or fleet_table(query)
+                       for query in pages.values()}
+        shown = {group: self._page_hosts(self.tables[query], hosts, now)
+                 for group, query in pages.items()}
+        rows = {group: [h.machine.pk for h in page] for group, page in shown.items()}
+        whole = {group for group in shown if group in fresh or rows[group] != self.page_rows.get(group)}
+        self.page_rows = rows
+        self.shown.keep(shown)
+        # Of the pages pushed row by row, the changed rows this controller answers for (others'
+        # hosts are theirs to push), each sent where its shown values moved.
+        on_pages = {machine_id for group in shown.keys() - whole for machine_id in rows[group]}
+        rendered = {machine_id: fragments.render_fleet_row(by_id[machine_id])
+                    for machine_id in changed & on_pages
+                    if machine_id in by_id and self._answers_for(machine_id)}
+        values = {machine_id: shown_values(html, now) for machine_id, html in rendered.items()}
+        totals = fragments.render_fleet_totals(hosts, now) if pages and (changed or whole) \
+            else ""
+        totals_values = shown_values(totals, now)
         messages = []
-        if pages:
-            rendered = {machine_id: fragments.render_fleet_row(by_id[machine_id])
-                        for machine_id in rows if machine_id in by_id}
-            moved = {machine_id for machine_id, html in rendered.items()
-                     if self.shown.row_moved(machine_id, html, now)}
-            totals = fragments.render_fleet_totals(hosts, now)
-            totals_moved = self.shown.totals_moved(totals)
-            for group, members in pages.items():
-                fresh = group in fresh_pages
-                parts = [rendered[m] for m in members if m in rendered and (fresh or m in moved)]
-                if fresh or totals_moved:
-                    parts.append(totals)
-                if parts:
-                    messages.append((group, "".join(parts)))
+        for group, page in shown.items():
+            if group in whole:
+                query = self.tables[pages[group]].query_without("page")
+                messages.append((group, fragments.render_fleet_rows(page, query) + totals))
+                self.shown.sent_whole(group, totals_values)
+                continue
+            parts = [rendered[machine_id] for machine_id in rows[group] if machine_id in rendered
+                     and self.shown.row_moved(group, machine_id, values[machine_id], now)]
+            if totals and self.shown.totals_moved(group, totals_values):
+                parts.append(totals)
+            if parts:
+                messages.append((group, "".join(parts)))
         for machine_id in panels:
             if machine_id in by_id:
                 host = by_id[machine_id]
                 messages.append((fragments.host_group(machine_id),
                                  fragments.render_host_panel(host.machine, now, host)))
         return messages
+
+    @staticmethod
+    def _page_hosts(table: FleetTableForm, hosts: list[HostView], now: float) -> list[HostView]:
+        """The rows of a fleet page, in order: from the state held here, or, for the recently
+        killed machines (which no controller holds), from the database."""
+        if table.shows_killed:
+            return list(table.page_rows(now))
+        return list(table.page_of_hosts(table.arrange(hosts)))
 
     def _persist(self, statuses: list[HostStatus], connection_changed: set[int]):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
@@ -335,6 +359,7 @@ class FleetController:
                     != (machine.state, machine.enabled, machine.price_per_hour)):
                 self.hosts[machine.pk].live.changed = True
         self.machines = {m.pk: m for m in machines}
+        self.machines_read = True
         wanted = {m.pk: m for m in machines if m.enabled}
         if self.leases is not None:
             owned = await self.leases.refresh(set(wanted))
