@@ -240,7 +240,9 @@ class FleetController:
         else:
             host.idle_since = None
         since = host.idle_since
-        return HostStatus(machine=machine, connected=live.connected, via=live.via,
+        # The row's pk, once the first write has found or made it (saves a query per tick).
+        return HostStatus(pk=host.status.pk if host.status is not None else None,
+                          machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot_json(),
                           error=live.error, updated=seen_at(now),
                           snapshot_at=None if live.snapshot_at is None else seen_at(live.snapshot_at),
@@ -308,11 +310,12 @@ class FleetController:
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
             existing = dict(HostStatus.objects.filter(
-                machine_id__in=[s.machine_id for s in statuses]).values_list("machine_id", "pk"))
+                machine_id__in=[s.machine_id for s in statuses if s.pk is None])
+                .values_list("machine_id", "pk"))
             for status in statuses:
-                if status.machine_id in existing:
+                if status.pk is None and status.machine_id in existing:
                     status.pk = existing[status.machine_id]
-                else:
+                elif status.pk is None:
                     status.save()
                 pipelines = status.snapshot.get("pipelines", []) if status.snapshot else []
                 if status.connected and pipelines:
