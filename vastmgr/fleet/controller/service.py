@@ -165,10 +165,17 @@ class FleetController:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].live.changed = True
         if changed:
-            rows_to_write = [self.hosts[machine_id].status for machine_id in changed]
+            written = {machine_id: self.hosts[machine_id].status for machine_id in changed}
+            # Hosts whose stored snapshot is already the one they have (a quiet engine's
+            # heartbeat, a connection change): it is not serialised and written again.
+            same_snapshot = {machine_id for machine_id, status in written.items()
+                             if status.snapshot is self.hosts[machine_id].stored_snapshot}
             connection_changed, self.connection_changed = self.connection_changed, set()
             messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
-                rows_to_write, connection_changed)
+                list(written.values()), connection_changed, same_snapshot)
+            for machine_id, status in written.items():
+                if machine_id in self.hosts:
+                    self.hosts[machine_id].stored_snapshot = status.snapshot
             for job in seen_jobs:
                 self.dispatcher.watch_result(job)
             await self.publisher.send(messages)
@@ -302,10 +309,12 @@ class FleetController:
             return list(table.page_rows(now))
         return list(table.page_of_hosts(table.arrange(hosts)))
 
-    def _persist(self, statuses: list[HostStatus], connection_changed: set[int]):
+    def _persist(self, statuses: list[HostStatus], connection_changed: set[int],
+                 same_snapshot: frozenset[int] | set[int] = frozenset()):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
         the proof pages that changed: those whose progress changed, and every unfinished job's
-        on a host that went live, stale or offline (its page labels the partitions' age)."""
+        on a host that went live, stale or offline (its page labels the partitions' age).
+        `same_snapshot`: hosts whose stored snapshot is already theirs (not written again)."""
         cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
@@ -336,9 +345,12 @@ class FleetController:
                     # the lost partitions as live.
                     continue
                 proof_jobs.setdefault(str(job.pk), job)
-            update_rows(HostStatus, statuses,
-                        ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
-                         "snapshot_at", "idle_waiting_since"])
+            fields = ["connected", "via", "interval", "seq", "error", "updated", "snapshot_at",
+                      "idle_waiting_since"]
+            update_rows(HostStatus, [s for s in statuses if s.machine_id not in same_snapshot],
+                        [*fields, "snapshot"])
+            update_rows(HostStatus, [s for s in statuses if s.machine_id in same_snapshot],
+                        fields)
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
         messages = [(proof_fragments.proof_group(job.pk), proof_fragments.render_proof(job))
