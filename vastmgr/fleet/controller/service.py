@@ -148,8 +148,9 @@ class FleetController:
                   and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
                       and self.viewers.watched(fragments.host_group(machine_id)))}
+        written: dict[int, HostStatus] = {}
         for machine_id in changed:
-            self.hosts[machine_id].status = self._status_row(machine_id, now)
+            self.hosts[machine_id].status = written[machine_id] = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
         if pages or panels:
@@ -165,7 +166,6 @@ class FleetController:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].live.changed = True
         if changed:
-            written = {machine_id: self.hosts[machine_id].status for machine_id in changed}
             # Hosts whose stored snapshot is already the one they have (a quiet engine's
             # heartbeat, a connection change): it is not serialised and written again.
             same_snapshot = {machine_id for machine_id, status in written.items()
