@@ -2,6 +2,7 @@
 controller's clock in the test's hands, and the rendered fragments it pushes."""
 
 
+import asyncio
 from dataclasses import replace
 
 import aiohttp
@@ -291,5 +292,26 @@ async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on
     assert await next_page(ws) == [alpha.pk]
     await controller.tick()
     assert await ws.receive_nothing(timeout=0.3)  # nothing changed: nothing sent
+    await ws.disconnect()
+    await controller.shutdown()
+
+
+async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
+    """A page open before the controller (re)started: the controller asks every page to
+    announce itself when it starts listening, so the page gets its whole state with the first
+    ticks, not at its next renewal 5 s later."""
+    await database_sync_to_async(Machine.objects.create)(
+        name="early", provider="ssh", host="192.0.2.1", enabled=False)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    await ws.receive_from(timeout=5)  # its first state, rendered from the database
+    controller = FleetController(publisher=LayerPublisher())
+    started = asyncio.get_running_loop().time()
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: controller.viewers.pages(), timeout=2)
+    await controller.tick()
+    assert 'id="fleet-rows"' in await ws.receive_from(timeout=2)
+    assert asyncio.get_running_loop().time() - started < 2  # well inside the 5 s renewal
     await ws.disconnect()
     await controller.shutdown()
