@@ -3,8 +3,6 @@
 //   while typing in a field or with a modifier held; the nav links name them (aria-keyshortcuts);
 // - the fleet table's SSH-command copy button, destroy and unmark confirm dialogs (rows arrive
 //   by pushes, so clicks are delegated from the document);
-// - a filtered or sorted fleet table keeps its rows: the socket's full state lists every live
-//   machine by name, so the page re-reads its own rows (same query) instead of taking it;
 // - the offers list's multi-select and the rent dialog: min rate = ceil($/h ÷ max $/proof),
 //   $/day; the server computes the same and remembers the values per user.
 (function () {
@@ -179,29 +177,5 @@
   document.addEventListener("input", function (event) {
     var dialog = event.target.closest && event.target.closest("#rent-dialog");
     if (dialog) renderRent(dialog);
-  });
-
-  // ---- a filtered or sorted fleet table keeps its own rows
-
-  function swap(html) {
-    var template = document.createElement("template");
-    template.innerHTML = html;
-    Array.prototype.forEach.call(template.content.children, function (fresh) {
-      var old = fresh.id && document.getElementById(fresh.id);
-      if (!old) return;
-      old.replaceWith(fresh);
-      if (window.htmx) window.htmx.process(fresh);
-    });
-  }
-
-  document.addEventListener("htmx:wsBeforeMessage", function (event) {
-    var live = event.target;
-    if (!live.matches || !live.matches(".live[data-filtered='1']")) return;
-    if (String(event.detail.message).indexOf('id="fleet-rows"') === -1) return;
-    event.preventDefault();
-    fetch(live.getAttribute("data-poll-url"), { credentials: "same-origin" })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) { if (html) swap(html); })
-      .catch(function () { /* the next push or poll brings the rows */ });
   });
 })();

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 
 import pytest
 from channels.db import database_sync_to_async
@@ -12,7 +13,10 @@ from tests.vastmgr.live_engine import session_cookie, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
 from vastmgr.fleet.controller.publish import LayerPublisher, fragment_event, relay_token
+from vastmgr.fleet.controller.viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP
+from vastmgr.fleet.fragments import fleet_page_group
 from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.fleet.table import fleet_table
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,6 +65,56 @@ async def close_code(path, cookie) -> int:
     message = await ws.receive_output(timeout=5)
     assert message["type"] == "websocket.close", message
     return message["code"]
+
+
+async def test_a_fleet_page_socket_sends_its_pages_rows_and_announces_its_query():
+    """The socket carries the page's query: its state is that page's rows (and the whole
+    fleet's totals), and it tells the controller the page's query, from which the controller
+    works out the page's rows itself."""
+    gpus = [await make_machine(f"gpu-{n}") for n in range(3)]
+    layer = get_channel_layer()
+    controller_channel = await layer.new_channel()
+    await layer.group_add(CONTROLLER_GROUP, controller_channel)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws, connected, _ = await connect("/ws/fleet/?q=gpu-1&sort=-name", cookie)
+    assert connected
+    state = await ws.receive_from(timeout=5)
+    rows = re.findall(r'id="host-(\d+)-row"', state)
+    assert rows == [str(gpus[1].pk)] and 'id="fleet-totals"' in state
+    announced = await layer.receive(controller_channel)
+    page = fleet_table(b"q=gpu-1&sort=-name")
+    assert announced["group"] == fleet_page_group(page.page_key())
+    assert fleet_table(announced["query"]).page_key() == page.page_key()
+    assert announced["fresh"] is False
+    await ws.disconnect()
+
+
+async def test_a_page_that_rendered_itself_from_the_database_has_the_controller_send_it_whole():
+    """The database is written after each push, so a page that re-renders from it (the
+    browser asked, or a resync) may show an older row than the controller pushed; it
+    announces itself fresh, and so does every page when a controller asks (it just started
+    listening, or its relay reconnected)."""
+    machine = await make_machine()
+    layer = get_channel_layer()
+    controller_channel = await layer.new_channel()
+    await layer.group_add(CONTROLLER_GROUP, controller_channel)
+    cookie = await database_sync_to_async(session_cookie)()
+    fleet, _, _ = await connect("/ws/fleet/", cookie)
+    host, _, _ = await connect(f"/ws/hosts/{machine.pk}/", cookie)
+    for ws in (fleet, host):
+        await ws.receive_from(timeout=5)
+    first = [await layer.receive(controller_channel) for _ in range(2)]
+    assert {event["fresh"] for event in first} == {False}  # new viewers: fresh anyway
+    await fleet.send_json_to({"type": "request_current_state"})
+    assert 'id="fleet-rows"' in await fleet.receive_from(timeout=5)
+    again = await layer.receive(controller_channel)
+    assert again["group"] == first[0]["group"] and again["fresh"] and again["watching"]
+    await layer.group_send(VIEWERS_GROUP, ASK_EVENT)
+    answers = [await layer.receive(controller_channel) for _ in range(2)]
+    assert {event["group"] for event in answers} == {event["group"] for event in first}
+    assert all(event["fresh"] and event["watching"] for event in answers)
+    for ws in (fleet, host):
+        await ws.disconnect()
 
 
 @pytest.mark.parametrize("path", ["/ws/fleet/", "/ws/hosts/1/",
@@ -168,18 +222,22 @@ async def test_a_viewer_that_missed_a_fragment_gets_the_whole_page_again():
 
 async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
     """Embedded mode: the controller renders a page only while someone watches it, and learns
-    who does from the announcements daphne forwards on the relay socket."""
+    who does from the announcements daphne forwards on the relay socket. A fleet page names
+    its page's group and query."""
     machine = await make_machine()
+    first_page = fleet_page_group(await database_sync_to_async(lambda: fleet_table(b"").page_key())())
     relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
         (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
         (b"authorization", f"Bearer {relay_token()}".encode())])
     assert (await relay.connect())[0]
     cookie = await database_sync_to_async(session_cookie)()
-    for path, group in (("/ws/fleet/", "fleet"), (f"/ws/hosts/{machine.pk}/", f"host.{machine.pk}")):
+    for path, group, query in (("/ws/fleet/", first_page, "state=&q=&sort=&page=1"),
+                              (f"/ws/hosts/{machine.pk}/", f"host.{machine.pk}", None)):
         viewer, connected, _ = await connect(path, cookie)
         assert connected
         joined = await relay.receive_json_from(timeout=5)
         assert joined["type"] == "watch" and joined["group"] == group and joined["watching"]
+        assert joined.get("query") == query
         await viewer.receive_from(timeout=5)
         await viewer.disconnect()
         left = await relay.receive_json_from(timeout=5)
@@ -207,7 +265,7 @@ async def test_fragments_a_full_queue_dropped_are_caught_up_by_the_next_sync(set
     numbered = publisher.sequencer.number([("fleet", f"<p>{n}</p>") for n in range(1, 11)])
     # All ten at once: every put lands before the consumer's first read is scheduled.
     await asyncio.gather(*(layer.group_send(group, fragment_event(html, publisher.sequencer.source,
-                                                                  seq))
+                                                                  seq, group))
                            for group, html, seq in numbered))
     got = []
     while not await viewer.receive_nothing(timeout=0.3):

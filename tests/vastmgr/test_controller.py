@@ -2,12 +2,14 @@
 controller's clock in the test's hands, and the rendered fragments it pushes."""
 
 
+import asyncio
 from dataclasses import replace
 
 import aiohttp
 import pytest
 from aiohttp import web
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr import live_engine
@@ -15,6 +17,7 @@ from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_
 from vastmgr.asgi import application
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP
 from vastmgr.fleet.models import HostStatus, Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,6 +45,17 @@ async def serve():
         await runner.cleanup()
 
 
+async def watched_fleet_page(controller, cookie) -> WebsocketCommunicator:
+    """A fleet page's socket, once the controller (listening as `run` does) has heard which
+    page it shows: the controller pushes a page only to viewers it knows of."""
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    await wait_until(lambda: controller.viewers.pages())
+    return ws
+
+
 async def next_row(ws, machine_id):
     """The next pushed fleet message that carries this host's row."""
     while True:
@@ -56,8 +70,7 @@ async def test_host_goes_live_then_stale_then_offline(engine):
     clock = FakeClock()
     controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
     cookie = await database_sync_to_async(session_cookie)()
-    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
-    assert (await ws.connect())[0]
+    ws = await watched_fleet_page(controller, cookie)
     assert "badge-offline" in await ws.receive_from(timeout=5)  # never seen yet
     controller.session = aiohttp.ClientSession()
     try:
@@ -132,8 +145,7 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         name="local", provider="local", host="127.0.0.1", engine_port=engine.port)
     controller = FleetController(publisher=LayerPublisher(), interval=1.0)
     cookie = await database_sync_to_async(session_cookie)()
-    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
-    assert (await ws.connect())[0]
+    ws = await watched_fleet_page(controller, cookie)
     await ws.receive_from(timeout=5)
     controller.session = aiohttp.ClientSession()
     try:
@@ -232,3 +244,74 @@ async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_wit
         assert not status.connected and "malformed snapshot" in status.error
     finally:
         await controller.shutdown()
+
+
+async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on_it():
+    """The controller works out each watched page's rows from its query: a host added, killed
+    or moved by the page's sort reaches the open page with the controller's next ticks, not
+    with the page's next renewal."""
+    import re
+
+    def rows(message):
+        return [int(pk) for pk in re.findall(r'id="host-(\d+)-row"', message)]
+
+    async def next_page(ws):
+        while True:
+            message = await ws.receive_from(timeout=5)
+            if 'id="fleet-rows"' in message:
+                return rows(message)
+
+    async def machine(name, price):  # disabled: a greyed row, no engine to reach
+        return await database_sync_to_async(Machine.objects.create)(
+            name=name, provider="ssh", host="192.0.2.1", enabled=False, price_per_hour=price)
+
+    bravo = await machine("bravo", 2)
+    controller = FleetController(publisher=LayerPublisher())
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/?sort=-dph", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    assert rows(await ws.receive_from(timeout=5)) == [bravo.pk]  # its first state
+    await wait_until(lambda: controller.viewers.pages())
+    await controller.tick()
+    assert await next_page(ws) == [bravo.pk]  # a new viewer: its page whole
+    alpha = await machine("alpha", 1)
+    for _ in range(2):  # the machines are read at the end of a tick, for the next one
+        await controller.tick()
+    assert await next_page(ws) == [bravo.pk, alpha.pk]
+    alpha.price_per_hour = 3
+    await database_sync_to_async(alpha.save)()
+    for _ in range(2):
+        await controller.tick()
+    assert await next_page(ws) == [alpha.pk, bravo.pk]  # moved up by the sort
+    await database_sync_to_async(Machine.objects.filter(pk=bravo.pk).update)(
+        state=Machine.State.KILLED)
+    for _ in range(2):
+        await controller.tick()
+    assert await next_page(ws) == [alpha.pk]
+    await controller.tick()
+    assert await ws.receive_nothing(timeout=0.3)  # nothing changed: nothing sent
+    await ws.disconnect()
+    await controller.shutdown()
+
+
+async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
+    """A page open before the controller (re)started: the controller asks every page to
+    announce itself when it starts listening, so the page gets its whole state with the first
+    ticks, not at its next renewal 5 s later."""
+    await database_sync_to_async(Machine.objects.create)(
+        name="early", provider="ssh", host="192.0.2.1", enabled=False)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    assert (await ws.connect())[0]
+    await ws.receive_from(timeout=5)  # its first state, rendered from the database
+    controller = FleetController(publisher=LayerPublisher())
+    started = asyncio.get_running_loop().time()
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: controller.viewers.pages(), timeout=2)
+    await controller.tick()
+    assert 'id="fleet-rows"' in await ws.receive_from(timeout=2)
+    assert asyncio.get_running_loop().time() - started < 2  # well inside the 5 s renewal
+    await ws.disconnect()
+    await controller.shutdown()

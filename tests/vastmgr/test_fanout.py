@@ -25,8 +25,8 @@ from vastmgr.fleet.controller.publish import (
     relay_batches,
 )
 from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
-from vastmgr.fleet.models import Machine
+from vastmgr.fleet.controller.shown import ShownRows, shown_values
+from vastmgr.fleet.models import HostStatus, Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,16 +46,6 @@ def channel_layer(request, settings):
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL], "prefix": f"fanout-{secrets.token_hex(4)}"}}}
     return request.param
-
-
-class ShiftedClock:
-    """Real time, plus jumps the test makes to get past the controller's start-up window."""
-
-    def __init__(self):
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
 
 
 class RecordingPublisher(LayerPublisher):
@@ -83,9 +73,8 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
                                engine_port=port) for i, port in enumerate(loadgen.ports)])()
     index = {m.pk: i for i, m in enumerate(machines)}
     watched = machines[0].pk
-    clock = ShiftedClock()
     publisher = RecordingPublisher()
-    controller = FleetController(publisher=publisher, clock=clock, tick=0.2)
+    controller = FleetController(publisher=publisher, tick=0.2)
     ticks = [0]
     tick = controller.tick
 
@@ -118,10 +107,8 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
             readers.append(asyncio.create_task(read_into(ws, record)))
         await wait_until(lambda: all(controller.hosts.get(m.pk) and controller.hosts[m.pk].live.connected
                                      for m in machines))
-        # Past the window in which a just-started controller renders every page: from here
-        # on, pages are rendered only for the viewers that announced themselves.
-        # A tick may be under way with the old clock: wait for one that began after the jump.
-        clock.offset += RENEW_EVERY + BLIND_SLACK + 1
+        # Every viewer has announced itself and got its first whole page: from here on, pages
+        # are rendered only for the viewers that announced themselves.
         done = ticks[0]
         await wait_until(lambda: ticks[0] >= done + 2)
         publisher.groups.clear()
@@ -165,3 +152,122 @@ def test_each_group_is_numbered_and_its_last_number_repeated_for_a_while():
                                                      limit=40)]
     assert [m for b in batches for m in b["messages"]] == [list(m) for m in numbered]
     assert [b["syncs"] for b in batches] == [[], [], [["fleet", 3]]]
+
+
+def test_a_row_is_resent_when_a_shown_value_changed_or_its_refresh_is_due():
+    """The seq, the receipt time and the clocks the browser runs forward are not what a
+    person reads: a row that differs only in them is not sent again until its refresh is
+    due; any other difference is sent at once, to each page that has not had it."""
+    def row(seq, uptime, busy, spent=1.0, now=100.0):
+        return shown_values(
+            f'<tr id="host-1-row" data-seq="{seq}" data-snapshot-at="{seq}.5">'
+            f'<span class="tick" data-tick-base="{uptime:.3f}" data-tick-age="0.000" '
+            f'data-tick-digits="0">{uptime} s</span><small class="seen" data-ago="0">last '
+            f'seen 0 s ago</small><span class="money" data-amount="{spent:.6f}" '
+            f'data-per-hour="36.000000">${spent:.2f}</span><b>{busy}</b> busy</tr>', now)
+
+    shown = ShownRows(refresh=1.5)
+    assert shown.row_moved("a", 1, row(1, 10, 0), now=100.0)
+    # A second later: the clock and the spend ran on with it (36 $/h is a cent a second).
+    assert not shown.row_moved("a", 1, row(2, 11, 0, spent=1.01, now=101.0), now=101.0)
+    assert shown.row_moved("a", 1, row(3, 11.2, 1, spent=1.012, now=101.2), now=101.2)
+    assert shown.row_moved("a", 1, row(4, 0, 1, spent=1.02, now=102.0), now=102.0)  # restarted
+    assert not shown.row_moved("a", 1, row(5, 0.5, 1, spent=1.025, now=102.5), now=102.5)
+    assert shown.row_moved("a", 1, row(6, 1.5, 1, spent=1.035, now=103.5), now=103.5)  # refresh
+    assert shown.row_moved("b", 1, row(6, 1.5, 1, spent=1.035, now=103.5), now=103.5)  # new page
+    shown.sent_whole("b", "")  # b got the row as it is now, which a never got
+    assert shown.row_moved("b", 1, row(7, 1.6, 1, spent=1.036, now=103.6), now=103.6)
+    assert not shown.row_moved("a", 1, row(7, 1.6, 1, spent=1.036, now=103.6), now=103.6)
+    assert shown.totals_moved("a", "<p>3 live</p>") and not shown.totals_moved("a", "<p>3 live</p>")
+    shown.forget()  # the relay reconnected: what was sent may be lost
+    assert shown.row_moved("a", 1, row(7, 1.6, 1, now=103.7), now=103.7)
+    assert shown.totals_moved("a", "<p>3 live</p>")
+
+
+FMT_AGE = [(90, lambda s: f"{round(s)} s"), (5400, lambda s: f"{round(s / 60)} min")]
+BROWSER_TICK = re.compile(r'<span class="tick" data-tick-base="([-\d.]+)" data-tick-age="([-\d.]+)" '
+                          r'data-tick-digits="(\d+)"( data-tick-down="1")?>[^<]*')
+BROWSER_MONEY = re.compile(r'<span class="money" data-amount="([-\d.]+)" '
+                           r'data-per-hour="([-\d.]+)">[^<]*')
+NOT_READ = re.compile(r' data-(?:seq|snapshot-at|ago)="[^"]*"|last seen \d+ s ago')
+
+
+def as_the_browser_shows(html: str, rendered_at: float, at: float) -> str:
+    """The row a browser shows at `at`, `html` having arrived at `rendered_at`: fleet.js runs
+    its clocks and spend forward (as `tick()` does). Left out: the seq and receipt time
+    (machine-readable), and "last seen", which the row's refresh keeps current."""
+    def tick(match):
+        base, age, digits, down = float(match[1]), float(match[2]), int(match[3]), match[4]
+        elapsed = age + at - rendered_at
+        value = max(0.0, base - elapsed) if down else base + elapsed
+        if digits:
+            return f"<span>{value:.{digits}f} s"
+        text = next((fmt(value) for limit, fmt in FMT_AGE if value < limit), f"{value / 3600:.1f} h")
+        return f"<span>{text}"
+
+    def money(match):
+        return f"<span>${float(match[1]) + float(match[2]) * (at - rendered_at) / 3600:.2f}"
+
+    return NOT_READ.sub("", BROWSER_MONEY.sub(money, BROWSER_TICK.sub(tick, html)))
+
+
+def test_the_row_diff_never_holds_back_a_value_the_row_shows():
+    """A real fleet row through a run of engine updates, each changing one thing a person reads
+    (a count, a state, a figure), with updates that change nothing read in between: whenever
+    the row as a browser would show it differs from the one last sent, the row is sent."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from vastmgr.fleet.fragments import HostView, render_fleet_row
+
+    machine = Machine.objects.create(name="diffed", provider="local", host="127.0.0.1",
+                                     price_per_hour=Decimal("0.5"))
+    base = {"seq": 1, "memory": {"total_bytes": 1000, "used_bytes": 700},
+            "gpu_workers": [{"worker_id": 0, "gpu_ordinal": 0, "state": "proving"}],
+            "pipelines": [], "buffers": {"pending_handles": 12}}
+    steps = [  # (what changes, snapshot fields, machine fields, connected, proofs done in
+        # 24 h); each step keeps what the ones before it changed
+        ("nothing read", {}, {}, True, 0),
+        ("parts ready", {"buffers": {"pending_handles": 13}}, {}, True, 0),
+        ("nothing read", {}, {}, True, 0),
+        ("parts ready back", {"buffers": {"pending_handles": 12}}, {}, True, 0),
+        ("a worker idle", {"gpu_workers": [{"worker_id": 0, "gpu_ordinal": 0, "state": "idle"}]},
+         {}, True, 0),
+        ("a job waiting", {"pipelines": [{"job_id": "j", "status": "queued", "partitions": []}]},
+         {}, True, 0),
+        ("engine restarted", {}, {}, True, 0),
+        ("nothing read", {}, {}, True, 0),
+        ("memory", {"memory": {"total_bytes": 1000, "used_bytes": 900}}, {}, True, 0),
+        ("a proof done", {}, {}, True, 1),
+        ("price", {}, {"price_per_hour": Decimal("0.75")}, True, 1),
+        ("lifecycle state", {}, {"state": Machine.State.STOPPED}, True, 1),
+        ("disconnected", {}, {}, False, 1),
+    ]
+    started = 1_000_000.0 - 7200  # when the engine started: its uptime runs from there
+    shown = ShownRows(refresh=1.5)
+    last_sent: tuple[str, float] | None = None
+    sent = []
+    for step, (what, snapshot, fields, connected, done) in enumerate(steps):
+        now = 1_000_000.0 + 0.4 * step
+        if what == "engine restarted":
+            started = now - 3.0
+        base.update(snapshot)
+        for name, value in fields.items():
+            setattr(machine, name, value)
+        machine.last_seen = datetime.fromtimestamp(now - 0.05, UTC)
+        status = HostStatus(machine=machine, connected=connected, interval=1.0, seq=step + 1,
+                            snapshot={**base, "seq": step + 1,
+                                      "uptime_secs": now - 0.05 - started},
+                            snapshot_at=datetime.fromtimestamp(now - 0.05, UTC))
+        html = render_fleet_row(HostView(machine, status, now, done_24h=done))
+        moved = shown.row_moved("page", machine.pk, shown_values(html, now), now)
+        differs = last_sent is None or any(
+            as_the_browser_shows(html, now, at) != as_the_browser_shows(*last_sent, at)
+            for at in (now + 0.2, now + 1.2, now + 60.2))  # off the display's rounding edges
+        assert moved or not differs, f"{what}: the row changed but was not sent"
+        if moved:
+            last_sent = (html, now)
+            sent.append(what)
+    assert "nothing read" not in sent[1:]  # and the rest were sent because something changed
+    assert sent[1:] == [what for what, *_ in steps[1:] if what != "nothing read"]
+

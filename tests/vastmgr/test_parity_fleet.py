@@ -10,10 +10,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import QueryDict
 from django.utils import timezone
 
 from vastmgr.fleet import fragments
 from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.fleet.table import FleetTableForm, fleet_table
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.models import BadHost, RemoteHost, Secret, VastSync
 
@@ -78,11 +80,35 @@ def test_the_table_sorts_and_filters_on_the_server(admin_client, fleet):
     # The sort links keep the filter and flip the direction of the current sort.
     html = admin_client.get("/?state=running&sort=dph").content.decode()
     assert 'href="?state=running&amp;sort=-dph"' in html and 'aria-sort="ascending"' in html
-    # The page's poll URL and the socket fallback read the same rows.
+    # The page's socket, its poll URL and the socket fallback read the same rows.
     assert 'data-poll-url="/fragments/fleet/?state=running&amp;sort=dph"' in html
-    assert 'data-filtered="1"' in html
+    assert 'ws-connect="/ws/fleet/?state=running&amp;sort=dph"' in html
     fragment = admin_client.get("/fragments/fleet/?state=running&sort=-dph").content.decode()
     assert re.findall(r'class="truncate" title="([^"]+)"', fragment) == ["alpha", "bravo"]
+
+
+def test_the_table_is_paginated_and_each_page_reads_its_own_rows(admin_client, fleet,
+                                                                  monkeypatch):
+    monkeypatch.setattr(FleetTableForm, "PER_PAGE", 3)
+
+    def names(path):
+        html = admin_client.get(path).content.decode().split('id="fleet-rows"')[1]
+        return re.findall(r'class="truncate" title="([^"]+)"', html)
+
+    assert names("/") == ["alpha", "bravo", "charlie"]
+    assert names("/?page=2") == names("/fragments/fleet/?page=2") == ["delta"]
+    assert names("/?page=9") == ["delta"]  # past the end: the last page
+    assert names("/?sort=-dph&page=2") == ["delta"]
+    html = admin_client.get("/?sort=-dph").content.decode()
+    assert 'href="?sort=-dph&amp;page=2"' in html and "page 1 of 2" in html
+    assert 'ws-connect="/ws/fleet/?sort=-dph"' in html
+    assert FleetTableForm(QueryDict("page=2")).is_valid()
+    first, second = (fleet_table(query) for query in (b"", b"page=2"))
+    assert first.page_key() != second.page_key() == fleet_table(b"page=2&q=").page_key()
+    # What a page's socket tells the controller names the same page.
+    assert fleet_table(second.canonical_query()).page_key() == second.page_key()
+    assert [h.machine.pk for h in fleet_table(second.canonical_query()).page_rows(time.time())] \
+        == [fleet["d"].pk]
 
 
 @pytest.mark.parametrize("query", ["?sort=bogus", "?state=flying", "?q=" + "x" * 101])

@@ -18,8 +18,15 @@ from django.http.request import split_domain_port, validate_host
 
 from vastmgr.fleet import fragments
 from vastmgr.fleet.controller.publish import fragment_event, relay_token, sync_event
-from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP, RENEW_EVERY, watch_event
+from vastmgr.fleet.controller.viewers import (
+    ASK_EVENT,
+    CONTROLLER_GROUP,
+    RENEW_EVERY,
+    VIEWERS_GROUP,
+    watch_event,
+)
 from vastmgr.fleet.models import Machine
+from vastmgr.fleet.table import fleet_table
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +100,22 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.seen: dict[str, int] = {}  # publisher -> the last sequence number it sent here
+        # (publisher, group) -> the last sequence number it sent here
+        self.seen: dict[tuple[str, str], int] = {}
         self.behind = False  # something was missed and not yet resent
         self.resynced_at = float("-inf")
 
     def get_group(self) -> str:
         return self.group
+
+    def other_groups(self) -> list[str]:
+        """Groups joined besides the page's own (whose viewers the controller counts)."""
+        return [VIEWERS_GROUP] if self.announces else []
+
+    def watched_query(self) -> str | None:
+        """The fleet table query this page shows, announced with its group (None: not a
+        fleet page)."""
+        return None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -111,12 +128,15 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
         self.group = self.get_group()
         # Join before rendering, so an update published meanwhile is delivered after the
         # snapshot instead of falling between the two.
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        for group in [self.group, *self.other_groups()]:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        # What the controller pushes after the announcement is handled after this first state.
+        state = await database_sync_to_async(self.current_state)()
         if self.announces:
             await self.announce(True)
             self.renewal = asyncio.create_task(self.keep_announcing())
-        await self.send_current_state()
+        await self.send(text_data=state)
 
     async def disconnect(self, code):
         if self.renewal is not None:
@@ -125,16 +145,24 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
                 await self.renewal
             await self.announce(False)
         if self.group and self.channel_layer is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            for group in [self.group, *self.other_groups()]:
+                await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def announce(self, watching: bool) -> None:
+    async def announce(self, watching: bool, fresh: bool = False) -> None:
         await self.channel_layer.group_send(
-            CONTROLLER_GROUP, watch_event(self.group, self.channel_name, watching))
+            CONTROLLER_GROUP, watch_event(self.group, self.channel_name, watching,
+                                          self.watched_query(), fresh))
 
     async def keep_announcing(self) -> None:
         while True:
             await asyncio.sleep(RENEW_EVERY)
             await self.announce(True)
+
+    async def watch_ask(self, event):
+        """A controller (re)started listening: announce at once, and have the whole page sent,
+        since what it pushed before may never have reached this page."""
+        if self.renewal is not None:
+            await self.announce(True, fresh=True)
 
     async def receive(self, text_data=None, bytes_data=None):
         # The browser asks again after it re-opens a socket or wakes from sleep.
@@ -147,28 +175,34 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
 
     async def send_current_state(self):
         await self.send(text_data=await database_sync_to_async(self.current_state)())
+        if self.renewal is not None:
+            # The database is written after the push: the state just sent may be older than
+            # what the controller last pushed, and it pushes again only what changes from
+            # there. It sends the whole page instead.
+            await self.announce(True, fresh=True)
 
     async def fragment(self, event):
-        self.note_seq(event.get("source"), event.get("seq"), sync=False)
+        self.note_seq(event.get("source"), event.get("group"), event.get("seq"), sync=False)
         await self.resync_if_behind()
         await self.send(text_data=event["html"])
 
     async def fragment_sync(self, event):
         """The publisher's last sequence number for this group: ahead of ours means a fragment
         never arrived (a full channel-layer queue drops it), so the page is resent whole."""
-        self.note_seq(event.get("source"), event.get("seq"), sync=True)
+        self.note_seq(event.get("source"), event.get("group"), event.get("seq"), sync=True)
         await self.resync_if_behind()
 
-    def note_seq(self, source, seq, sync: bool) -> None:
+    def note_seq(self, source, group, seq, sync: bool) -> None:
         if not isinstance(source, str) or not isinstance(seq, int):
             return  # an unnumbered fragment (a toast from the dashboard itself)
-        last = self.seen.get(source)
+        key = (source, group if isinstance(group, str) else "")
+        last = self.seen.get(key)
         # A fresh consumer starts from the first number it gets: its first state was rendered
         # after it joined the group, and nothing was dropped from its queue before that.
         if last is not None and seq > last + (0 if sync else 1):
             self.behind = True
         if last is None or seq > last:
-            self.seen[source] = seq
+            self.seen[key] = seq
 
     async def resync_if_behind(self) -> None:
         now = time.monotonic()
@@ -186,11 +220,26 @@ class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
 
 
 class FleetConsumer(FragmentConsumer):
-    group = fragments.fleet_group()
+    """One page of the fleet table (the page's query string: filter, sort, page number): its
+    rows and the fleet totals, pushed to the page's group; fleet-wide notices come through the
+    fleet group."""
+
     announces = True
 
+    def get_group(self) -> str:
+        self.table = fleet_table(self.scope.get("query_string", b""))
+        return fragments.fleet_page_group(self.table.page_key())
+
+    def other_groups(self) -> list[str]:
+        return [*super().other_groups(), fragments.fleet_group()]
+
+    def watched_query(self) -> str:
+        return self.table.canonical_query()
+
     def current_state(self) -> str:
-        return fragments.render_fleet()
+        now = time.time()
+        return fragments.render_fleet(now, list(self.table.page_rows(now)),
+                                      self.table.query_without("page"))
 
 
 class HostConsumer(FragmentConsumer):
@@ -242,7 +291,9 @@ class RelayConsumer(AsyncWebsocketConsumer):
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("relay: ignoring a malformed batch")
             return
+        if batch.get("ask"):
+            await self.channel_layer.group_send(VIEWERS_GROUP, ASK_EVENT)
         for group, html, seq in messages:
-            await self.channel_layer.group_send(group, fragment_event(html, source, seq))
+            await self.channel_layer.group_send(group, fragment_event(html, source, seq, group))
         for group, seq in syncs:
-            await self.channel_layer.group_send(group, sync_event(source, seq))
+            await self.channel_layer.group_send(group, sync_event(source, seq, group))

@@ -49,6 +49,11 @@ def fleet_group() -> str:
     return "fleet"
 
 
+def fleet_page_group(page_key: str) -> str:
+    """The viewers of one page of the fleet table (see `table.FleetTableForm.page_key`)."""
+    return f"fleet.page.{page_key}"
+
+
 def host_group(machine_id: int) -> str:
     return f"host.{machine_id}"
 
@@ -441,9 +446,13 @@ def render_fleet(now: float | None = None, rows: list[HostView] | None = None,
     the body's rows when a filter or sort chose them (`query`, its parameters); the totals
     are always the whole fleet's."""
     hosts = load_hosts(now or time.time())
-    return render_to_string("fleet/fragments/fleet_body.html", {
-        "hosts": hosts if rows is None else rows, "query": query,
-    }) + render_fleet_totals(hosts, now)
+    return render_fleet_rows(hosts if rows is None else rows, query) \
+        + render_fleet_totals(hosts, now)
+
+
+def render_fleet_rows(rows: list[HostView], query: str = "") -> str:
+    """The table body: one page's rows (`query`: the filter and sort that chose them)."""
+    return render_to_string("fleet/fragments/fleet_body.html", {"hosts": rows, "query": query})
 
 
 def render_toast(level: str, text: str, url: str = "") -> str:

@@ -21,21 +21,23 @@ def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
         context["totals_html"] = fragments.render_fleet_totals(fragments.load_hosts(time.time()))
         return render(request, "fleet/fleet.html", context, status=400)
     now = time.time()
-    context.update(hosts=table.rows(now), query=table.query_without(),
+    page = table.page_rows(now)
+    context.update(hosts=list(page), page=page, query=table.query_without(),
+                   page_query=table.query_without("page"),
                    totals_html=fragments.render_fleet_totals(fragments.load_hosts(now)))
     return render(request, "fleet/fleet.html", context)
 
 
 def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """The socket's full state over plain HTTP: the browser's fallback while the socket is
-    down, and a filtered or sorted page's own rows (same query parameters as the page)."""
+    """The socket's full state over plain HTTP (the browser's fallback while the socket is
+    down): the rows of the page the query parameters ask for, and the totals."""
     table = FleetTableForm(request.GET)
     if not table.is_valid():
         return HttpResponseBadRequest(f"Bad fleet table parameters: {table.error_message()}",
                                       content_type="text/plain; charset=utf-8")
     now = time.time()
     return HttpResponse(fragments.render_fleet(
-        now, table.rows(now) if table.filtered else None, table.query_without()))
+        now, list(table.page_rows(now)), table.query_without("page")))
 
 
 def host(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:

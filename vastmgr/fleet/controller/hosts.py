@@ -18,5 +18,6 @@ class HostState:
     pushed_state: str | None = None  # the connection state last pushed
     pushed_seen: float = float("-inf")  # the last_seen last pushed and written
     status: HostStatus | None = None  # the status row last pushed and written
+    stored_snapshot: object = None  # the snapshot (JSON) that row's last write stored
     idle_since: float | None = None  # a worker idle while synthesized work waits, since
     sampled: bool = False  # has at least one history sample from this controller

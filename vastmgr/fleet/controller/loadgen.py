@@ -285,6 +285,7 @@ def main() -> None:
 
 
 ROW = re.compile(r'id="host-(\d+)-row"[^>]*data-seq="(\d+)"')
+ROW_ID = re.compile(r'id="host-(\d+)-row"')
 FULL_STATE = 'id="fleet-rows"'
 
 
@@ -300,11 +301,14 @@ class ViewerLog:
         self.messages = 0
         self.bytes = 0
         self.full_states = 0  # whole fleet tables: the first one, and each resync after a miss
+        self.page: set[int] = set()  # the machines whose rows its page shows (last full state)
 
     def record(self, html: str, now: float) -> None:
         self.messages += 1
         self.bytes += len(html)
-        self.full_states += FULL_STATE in html
+        if FULL_STATE in html:
+            self.full_states += 1
+            self.page = {int(machine_id) for machine_id in ROW_ID.findall(html)}
         for machine_id, seq in ROW.findall(html):
             machine_id, seq = int(machine_id), int(seq)
             previous = self.shown.get(machine_id)

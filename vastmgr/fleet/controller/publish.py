@@ -6,7 +6,9 @@ controller hands its batches to daphne over a websocket (`/ws/relay/`) that only
 the relay token (derived from SECRET_KEY, which both processes share) may open.
 
 The other direction, viewers announcing what they watch (see `viewers`), reaches the
-controller through its own channel on the shared layer, or back over the relay socket.
+controller through its own channel on the shared layer, or back over the relay socket. Each
+time the controller (re)joins that channel it asks every viewer to announce itself (a page
+whose announcement it missed would otherwise wait for its next renewal).
 
 Nothing here may lose a page's last update without the page finding out. A channel layer drops
 messages for a consumer whose queue is full (in-memory and Redis alike, silently), so every
@@ -33,7 +35,7 @@ import aiohttp
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .viewers import CONTROLLER_GROUP
+from .viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +59,15 @@ def relay_token() -> str:
                     hashlib.sha256).hexdigest()
 
 
-def fragment_event(html: str, source: str = "", seq: int | None = None) -> dict:
-    return {"type": "fragment", "html": html, "source": source, "seq": seq}
+def fragment_event(html: str, source: str = "", seq: int | None = None, group: str = "") -> dict:
+    """`group`: where it was sent; numbers run per publisher and group, and a consumer may
+    be in several groups (a fleet page's rows, and the fleet-wide notices)."""
+    return {"type": "fragment", "html": html, "source": source, "seq": seq, "group": group}
 
 
-def sync_event(source: str, seq: int) -> dict:
-    """The last sequence number `source` used in a group (handled by `fragment_sync`)."""
-    return {"type": "fragment.sync", "source": source, "seq": seq}
+def sync_event(source: str, seq: int, group: str = "") -> dict:
+    """The last sequence number `source` used in `group` (handled by `fragment_sync`)."""
+    return {"type": "fragment.sync", "source": source, "seq": seq, "group": group}
 
 
 class Sequencer:
@@ -132,21 +136,23 @@ class LayerPublisher:
     async def send(self, messages: list[Message]) -> bool:
         source = self.sequencer.source
         for group, html, seq in self.sequencer.number(messages):
-            await self.layer.group_send(group, fragment_event(html, source, seq))
+            await self.layer.group_send(group, fragment_event(html, source, seq, group))
         return True
 
     async def sync(self) -> None:
         for group, seq in self.sequencer.due():
-            await self.layer.group_send(group, sync_event(self.sequencer.source, seq))
+            await self.layer.group_send(group, sync_event(self.sequencer.source, seq, group))
 
     async def listen(self, on_watch: OnWatch) -> None:
         """Feed consumers' watch announcements to `on_watch` until cancelled."""
         channel = await self.layer.new_channel()
 
         async def rejoin():
+            await self.layer.group_add(CONTROLLER_GROUP, channel)
+            await self.layer.group_send(VIEWERS_GROUP, ASK_EVENT)
             while True:
-                await self.layer.group_add(CONTROLLER_GROUP, channel)
                 await asyncio.sleep(REJOIN_EVERY)
+                await self.layer.group_add(CONTROLLER_GROUP, channel)
 
         keeper = asyncio.create_task(rejoin())
         try:
@@ -187,6 +193,9 @@ class RelayPublisher:
                                        "Origin": self.origin}, heartbeat=20)
                 self.reconnected = self._had_connection
                 self._had_connection = True
+                # Announcements made while no relay socket was open went nowhere.
+                await self.ws.send_str(json.dumps({"source": self.sequencer.source,
+                                                   "messages": [], "ask": True}))
             return self.ws
 
     async def send(self, messages: list[Message]) -> bool:

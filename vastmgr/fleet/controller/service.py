@@ -20,8 +20,10 @@ from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 from vastmgr.errors import TransportError
 from vastmgr.fleet import fragments
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.fleet.fragments import HostView
 from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
 from vastmgr.fleet.partial_snapshot import PartialSnapshot, idle_with_work_waiting
+from vastmgr.fleet.table import FleetTableForm, fleet_table
 from vastmgr.metrics import relay as controller_metrics
 from vastmgr.proofs import fragments as proof_fragments
 from vastmgr.proofs import jobs
@@ -32,6 +34,7 @@ from .hosts import HostState
 from .leases import Leases
 from .liveness import HEARTBEAT_INTERVALS, LIVE, OFFLINE, STALE, connection_state, seen_at
 from .publish import LayerPublisher
+from .shown import ShownRows, shown_values
 from .store import update_rows
 from .transport import transport_for
 from .upstream import watcher_for
@@ -65,6 +68,7 @@ class FleetController:
         self.history_keep = history_keep
         self.hosts: dict[int, HostState] = {}  # the hosts watched here
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
+        self.machines_read = False
         self.actions: set[int] = set()
         self.background: set[asyncio.Task] = set()
         self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
@@ -80,6 +84,9 @@ class FleetController:
         self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
         self.others_read = float("-inf")
         self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
+        self.shown = ShownRows(refresh=HEARTBEAT_INTERVALS * interval)
+        self.page_rows: dict[str, list[int]] = {}  # fleet page group -> its rows, last pushed
+        self.tables: dict[str, FleetTableForm] = {}  # fleet page query -> its table
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -123,44 +130,52 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
+        # A controller that just started knows no machine: a page pushed now would be empty.
+        acquired = set() if self.machines_read else await self.sync_machines()
         if getattr(self.publisher, "reconnected", False):
-            # Whatever was pushed or announced while the relay was down got lost.
+            # Whatever was pushed while the relay was down got lost (the viewers, asked again,
+            # announce themselves fresh).
             self.publisher.reconnected = False
-            self.viewers.forget()
+            self.shown.forget()
             for host in self.hosts.values():
                 host.live.changed = True
         fresh = self.viewers.take_fresh()
         changed = self._collect_changes(now)
-        fleet = fragments.fleet_group()
-        if self.viewers.watched(fleet):
-            # A new viewer gets every row this controller answers for: its own hosts and the
-            # (greyed) disabled ones. Others' hosts are theirs to push, from fresher state.
-            rows = [m for m in self.machines if self._answers_for(m)] if fleet in fresh \
-                else changed
-        else:
-            rows = []
+        # Fleet pages: each watched page (its query, from its viewers' announcements) gets
+        # its own rows and the totals; its rows are worked out here each tick.
+        pages = self.viewers.pages()
         panels = {machine_id for machine_id in self.machines if self._answers_for(machine_id)
                   and fragments.host_group(machine_id) in fresh
                   or (machine_id in changed
                       and self.viewers.watched(fragments.host_group(machine_id)))}
+        written: dict[int, HostStatus] = {}
         for machine_id in changed:
-            self.hosts[machine_id].status = self._status_row(machine_id, now)
+            self.hosts[machine_id].status = written[machine_id] = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
-        if rows or panels:
+        if pages or panels:
             statuses = {**self.others, **{machine_id: host.status for machine_id, host
                                           in self.hosts.items() if host.status is not None}}
-            messages = await database_sync_to_async(self._render)(rows, panels, statuses, now)
+            messages = await database_sync_to_async(self._render)(
+                pages, fresh, set(changed), panels, statuses, now)
             if not await self.publisher.send(messages):
+                self.shown.forget()
+                self.page_rows.clear()
                 self.viewers.fresh |= fresh
                 for machine_id in changed:
                     if machine_id in self.hosts:
                         self.hosts[machine_id].live.changed = True
         if changed:
-            rows_to_write = [self.hosts[machine_id].status for machine_id in changed]
+            # Hosts whose stored snapshot is already the one they have (a quiet engine's
+            # heartbeat, a connection change): it is not serialised and written again.
+            same_snapshot = {machine_id for machine_id, status in written.items()
+                             if status.snapshot is self.hosts[machine_id].stored_snapshot}
             connection_changed, self.connection_changed = self.connection_changed, set()
             messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
-                rows_to_write, connection_changed)
+                list(written.values()), connection_changed, same_snapshot)
+            for machine_id, status in written.items():
+                if machine_id in self.hosts:
+                    self.hosts[machine_id].stored_snapshot = status.snapshot
             for job in seen_jobs:
                 self.dispatcher.watch_result(job)
             await self.publisher.send(messages)
@@ -173,7 +188,7 @@ class FleetController:
         await self.publisher.sync()
         # Off the push's path: the machines read here (and watchers started or stopped) count
         # from the next tick, which a lifecycle change made by another process can wait for.
-        acquired = await self.sync_machines()
+        acquired |= await self.sync_machines()
         if acquired:
             await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.requeue_lost(now)
@@ -232,23 +247,53 @@ class FleetController:
         else:
             host.idle_since = None
         since = host.idle_since
-        return HostStatus(machine=machine, connected=live.connected, via=live.via,
+        # The row's pk, once the first write has found or made it (saves a query per tick).
+        return HostStatus(pk=host.status.pk if host.status is not None else None,
+                          machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot_json(),
                           error=live.error, updated=seen_at(now),
                           snapshot_at=None if live.snapshot_at is None else seen_at(live.snapshot_at),
                           idle_waiting_since=None if since is None else seen_at(since))
 
-    def _render(self, rows: list[int], panels: set[int], statuses: dict[int, HostStatus],
+    def _render(self, pages: dict[str, str], fresh: set[str], changed: set[int],
+                panels: set[int], statuses: dict[int, HostStatus],
                 now: float) -> list[tuple[str, str]]:
-        """The fleet rows in `rows` (with the totals) and the host panels in `panels`."""
-        machines = list(self.machines.values())
-        hosts = fragments.host_views(machines, statuses, now)
+        """One message per watched fleet page: the whole page when it is fresh or its rows
+        changed (a host added, removed, or moved by its sort or filter), else its changed rows
+        whose shown values moved and the totals when they moved. The host panels in `panels`."""
+        hosts = fragments.host_views(list(self.machines.values()), statuses, now)
         by_id = {h.machine.pk: h for h in hosts}
+        self.tables = {query: self.tables.get(query) or fleet_table(query)
+                       for query in pages.values()}
+        shown = {group: self._page_hosts(self.tables[query], hosts, now)
+                 for group, query in pages.items()}
+        rows = {group: [h.machine.pk for h in page] for group, page in shown.items()}
+        whole = {group for group in shown if group in fresh or rows[group] != self.page_rows.get(group)}
+        self.page_rows = rows
+        self.shown.keep(shown)
+        # Of the pages pushed row by row, the changed rows this controller answers for (others'
+        # hosts are theirs to push), each sent where its shown values moved.
+        on_pages = {machine_id for group in shown.keys() - whole for machine_id in rows[group]}
+        rendered = {machine_id: fragments.render_fleet_row(by_id[machine_id])
+                    for machine_id in changed & on_pages
+                    if machine_id in by_id and self._answers_for(machine_id)}
+        values = {machine_id: shown_values(html, now) for machine_id, html in rendered.items()}
+        totals = fragments.render_fleet_totals(hosts, now) if pages and (changed or whole) \
+            else ""
+        totals_values = shown_values(totals, now)
         messages = []
-        if rows:
-            fleet_html = [fragments.render_fleet_row(by_id[m]) for m in rows if m in by_id]
-            fleet_html.append(fragments.render_fleet_totals(hosts, now))
-            messages.append((fragments.fleet_group(), "".join(fleet_html)))
+        for group, page in shown.items():
+            if group in whole:
+                query = self.tables[pages[group]].query_without("page")
+                messages.append((group, fragments.render_fleet_rows(page, query) + totals))
+                self.shown.sent_whole(group, totals_values)
+                continue
+            parts = [rendered[machine_id] for machine_id in rows[group] if machine_id in rendered
+                     and self.shown.row_moved(group, machine_id, values[machine_id], now)]
+            if totals and self.shown.totals_moved(group, totals_values):
+                parts.append(totals)
+            if parts:
+                messages.append((group, "".join(parts)))
         for machine_id in panels:
             if machine_id in by_id:
                 host = by_id[machine_id]
@@ -256,19 +301,30 @@ class FleetController:
                                  fragments.render_host_panel(host.machine, now, host)))
         return messages
 
-    def _persist(self, statuses: list[HostStatus], connection_changed: set[int]):
+    @staticmethod
+    def _page_hosts(table: FleetTableForm, hosts: list[HostView], now: float) -> list[HostView]:
+        """The rows of a fleet page, in order: from the state held here, or, for the recently
+        killed machines (which no controller holds), from the database."""
+        if table.shows_killed:
+            return list(table.page_rows(now))
+        return list(table.page_of_hosts(table.arrange(hosts)))
+
+    def _persist(self, statuses: list[HostStatus], connection_changed: set[int],
+                 same_snapshot: frozenset[int] | set[int] = frozenset()):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
         the proof pages that changed: those whose progress changed, and every unfinished job's
-        on a host that went live, stale or offline (its page labels the partitions' age)."""
+        on a host that went live, stale or offline (its page labels the partitions' age).
+        `same_snapshot`: hosts whose stored snapshot is already theirs (not written again)."""
         cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
             existing = dict(HostStatus.objects.filter(
-                machine_id__in=[s.machine_id for s in statuses]).values_list("machine_id", "pk"))
+                machine_id__in=[s.machine_id for s in statuses if s.pk is None])
+                .values_list("machine_id", "pk"))
             for status in statuses:
-                if status.machine_id in existing:
+                if status.pk is None and status.machine_id in existing:
                     status.pk = existing[status.machine_id]
-                else:
+                elif status.pk is None:
                     status.save()
                 pipelines = status.snapshot.get("pipelines", []) if status.snapshot else []
                 if status.connected and pipelines:
@@ -289,9 +345,12 @@ class FleetController:
                     # the lost partitions as live.
                     continue
                 proof_jobs.setdefault(str(job.pk), job)
-            update_rows(HostStatus, statuses,
-                        ["connected", "via", "interval", "seq", "snapshot", "error", "updated",
-                         "snapshot_at", "idle_waiting_since"])
+            fields = ["connected", "via", "interval", "seq", "error", "updated", "snapshot_at",
+                      "idle_waiting_since"]
+            update_rows(HostStatus, [s for s in statuses if s.machine_id not in same_snapshot],
+                        [*fields, "snapshot"])
+            update_rows(HostStatus, [s for s in statuses if s.machine_id in same_snapshot],
+                        fields)
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
         messages = [(proof_fragments.proof_group(job.pk), proof_fragments.render_proof(job))
@@ -315,6 +374,7 @@ class FleetController:
                     != (machine.state, machine.enabled, machine.price_per_hour)):
                 self.hosts[machine.pk].live.changed = True
         self.machines = {m.pk: m for m in machines}
+        self.machines_read = True
         wanted = {m.pk: m for m in machines if m.enabled}
         if self.leases is not None:
             owned = await self.leases.refresh(set(wanted))

@@ -3,12 +3,20 @@
 Fleet and host consumers announce the group they joined to the controller (through the channel
 layer, or through the relay socket in embedded mode) and renew that announcement every
 `RENEW_EVERY` seconds; a lease that is not renewed lapses after `LEASE` seconds. Whenever the
-controller may have missed announcements (it just started, or the relay reconnected) it treats
-every group as watched until every live consumer has had time to renew.
+controller may have missed announcements (it just started, or the relay reconnected) it asks
+every viewer to announce itself again at once (`ASK_EVENT`, sent to `VIEWERS_GROUP`), so no page
+waits for its next renewal to be served.
 
-A newly announced viewer also marks its group `fresh`: the controller then pushes that group's
-full state once, so an update persisted while the viewer was rendering its first snapshot
-cannot be skipped because the controller did not know about the viewer yet.
+A newly announced viewer, or one that re-rendered its page from the database (a resync, or an
+answer to the controller's ask), marks its group `fresh`: the controller then pushes that
+group's full state once, so an update persisted while the viewer was rendering cannot be
+skipped because the controller did not know about the viewer yet, and a row the database had
+older than what was pushed is not left showing.
+
+A fleet page's viewer watches one page of the table: its announcement carries the page's query
+(`query`: filter, sort, page number). The controller works the page's rows out from it each
+tick, pushes only those rows (with the fleet totals) to that page's group, and pushes the whole
+page when its rows changed (a host added, removed, or moved by the sort or filter).
 """
 
 from __future__ import annotations
@@ -16,27 +24,29 @@ from __future__ import annotations
 from collections.abc import Callable
 
 CONTROLLER_GROUP = "fleet.controller"
+# Every fleet and host page's socket: where the controller asks them to announce themselves.
+VIEWERS_GROUP = "fleet.viewers"
+ASK_EVENT = {"type": "watch.ask"}
 RENEW_EVERY = 5.0
 LEASE = 3 * RENEW_EVERY
-# Announcements travel in well under a second; the margin covers a busy channel layer.
-BLIND_SLACK = 2.0
 
 
-def watch_event(group: str, channel: str, watching: bool) -> dict:
-    return {"type": "watch", "group": group, "channel": channel, "watching": watching}
+def watch_event(group: str, channel: str, watching: bool, query: str | None = None,
+                fresh: bool = False) -> dict:
+    """`fresh`: the viewer has just rendered its page from the database (send it whole)."""
+    event = {"type": "watch", "group": group, "channel": channel, "watching": watching,
+             "fresh": fresh}
+    if query is not None:
+        event["query"] = query
+    return event
 
 
 class ViewerRegistry:
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.leases: dict[str, dict[str, float]] = {}  # group -> viewer channel -> expiry
+        self.queries: dict[str, str] = {}  # fleet page group -> its table query
         self.fresh: set[str] = set()
-        self.blind_until = 0.0
-        self.forget()
-
-    def forget(self) -> None:
-        """Announcements may have been lost: assume every group is watched for a while."""
-        self.blind_until = self.clock() + RENEW_EVERY + BLIND_SLACK
 
     def note(self, event: dict) -> None:
         group, channel = event.get("group"), event.get("channel")
@@ -44,22 +54,33 @@ class ViewerRegistry:
             return
         viewers = self.leases.setdefault(group, {})
         if event.get("watching"):
-            if channel not in viewers:
+            if channel not in viewers or event.get("fresh"):
                 self.fresh.add(group)
             viewers[channel] = self.clock() + LEASE
+            query = event.get("query")
+            if isinstance(query, str):
+                self.queries[group] = query
         else:
             viewers.pop(channel, None)
 
     def watched(self, group: str) -> bool:
-        now = self.clock()
-        if now < self.blind_until:
-            return True
         viewers = self.leases.get(group)
         if not viewers:
             return False
+        now = self.clock()
         for channel in [c for c, expiry in viewers.items() if expiry <= now]:
             del viewers[channel]
         return bool(viewers)
+
+    def pages(self) -> dict[str, str]:
+        """Every watched fleet page group and its table query."""
+        pages = {}
+        for group in list(self.queries):
+            if self.watched(group):
+                pages[group] = self.queries[group]
+            else:
+                del self.queries[group]
+        return pages
 
     def take_fresh(self) -> set[str]:
         fresh, self.fresh = self.fresh, set()

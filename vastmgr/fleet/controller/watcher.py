@@ -56,7 +56,8 @@ class HostLive:
     # The snapshot as JSON, and the snapshot it was made from.
     _json: tuple[object, PartialSnapshot | None] = field(default=(None, None), repr=False)
 
-    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float) -> None:
+    def seen(self, via: str, now: float) -> None:
+        """The engine answered, with nothing newer than the kept snapshot."""
         self.last_seen = now
         self.via = via
         self.error = ""
@@ -64,6 +65,9 @@ class HostLive:
             self.connected = True
             self.down_since = None
             self.changed = True
+
+    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float) -> None:
+        self.seen(via, now)
         seq = snapshot.seq if isinstance(snapshot, EngineSnapshot) else snapshot.get("seq")
         if seq != self.seq or self.snapshot is None:
             self.snapshot = snapshot
@@ -192,8 +196,14 @@ class HostWatcher:
         async for snapshot in client.stream_snapshots(idle=max(self.interval, 1.0)):
             slot.release()
             if snapshot is None:
-                # A quiet stream is not proof of life: ask directly before trusting it.
-                self.live.accept(await client.snapshot(), "stream", self.clock())
+                # A quiet stream is not proof of life: ask directly before trusting it. The
+                # answer is decoded only if it is news (what the stream would have sent).
+                status = await client.status()
+                if (self.live.snapshot is not None and isinstance(status, dict)
+                        and status.get("seq") == self.live.seq):
+                    self.live.seen("stream", self.clock())
+                else:
+                    self.live.accept(EngineSnapshot.from_json(status), "stream", self.clock())
             else:
                 self.live.accept(snapshot, "stream", self.clock())
 

@@ -1,6 +1,8 @@
 """`manage.py bench_fanout`: simulated engines → fleet controller(s) → daphne → viewers.
 
-Measures, for every seq that reaches a viewer, the time from the snapshot leaving the load
+Viewers watch pages of the fleet table: viewer i the page (i mod `--pages`) + 1, by default
+spread over every page, so every host's row is watched (the controller's worst case). Measures,
+for every seq that reaches a viewer of its page, the time from the snapshot leaving the load
 generator to the first fleet row carrying that seq arriving at the viewer's websocket (an upper
 bound on "leaving the consumer": it includes the viewer's own read); the CPU of every process
 while the load runs; rows that went back in seq; and how many hosts' final states never reached
@@ -20,6 +22,7 @@ third of the way into the load and measures how long until the survivors write e
 """
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -39,15 +42,16 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 from django.utils import timezone
 
+from vastmgr.fleet.controller.browser_probe import BrowserProbe
 from vastmgr.fleet.controller.loadgen import RemoteLoadGenerator, ViewerLog
-from vastmgr.fleet.controller.viewers import BLIND_SLACK, RENEW_EVERY
 from vastmgr.fleet.management.commands.run_fleet import uses_leases, uses_shared_layer
 from vastmgr.fleet.models import HostLease, HostStatus, Machine
+from vastmgr.fleet.table import FleetTableForm
 
 SETTLE_SECONDS = 5.0
-# A controller that just started renders every page until the viewers have re-announced what
-# they watch; the benchmark measures the steady state after that.
-WARM_UP_SECONDS = RENEW_EVERY + BLIND_SLACK
+# The viewers' first states and the controller's first whole pages go out before the load: the
+# benchmark measures the steady state after them.
+WARM_UP_SECONDS = 2.0
 CONNECT_TIMEOUT = 60.0
 HOSTS_PER_LOADGEN = 250
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -77,6 +81,8 @@ class Command(BaseCommand):
         parser.add_argument("--rate", type=float, default=2.0, help="snapshots/s per host")
         parser.add_argument("--duration", type=float, default=20.0,
                             help="seconds of load per round")
+        parser.add_argument("--pages", type=int, default=0,
+                            help="pages of the fleet table the viewers watch (default: all)")
         parser.add_argument("--rounds", type=int, default=3,
                             help="rounds of load; final states are counted after each")
         parser.add_argument("--controllers", type=int, default=1,
@@ -89,12 +95,15 @@ class Command(BaseCommand):
         parser.add_argument("--profile", metavar="PATH",
                             help="record the (first) controller with py-spy during the load "
                                  "and write a speedscope profile to PATH")
+        parser.add_argument("--browser", action="store_true",
+                            help="also open the fleet page and a host page in headless "
+                                 "Chromium (CHROMIUM_PATH) and measure them in the first round")
         parser.add_argument("--loadgen-processes", type=int, default=0,
                             help=f"processes simulating the engines (default: one per "
                                  f"{HOSTS_PER_LOADGEN} hosts)")
 
     def handle(self, *args, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-               loadgen_processes, profile, **options):
+               loadgen_processes, profile, pages, browser, **options):
         if min(hosts, viewers, controllers, rounds) < 1 or rate <= 0 or duration <= 0 \
                 or lease <= 0:
             raise CommandError("--hosts, --viewers, --rounds and --controllers must be >= 1; "
@@ -107,11 +116,12 @@ class Command(BaseCommand):
             raise CommandError("--kill needs --controllers 2 or more (someone must take over)")
         processes = loadgen_processes or math.ceil(hosts / HOSTS_PER_LOADGEN)
         call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
+        pages = pages or math.ceil(hosts / FleetTableForm.PER_PAGE)
         asyncio.run(self.bench(hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                               min(processes, hosts), profile))
+                               min(processes, hosts), profile, pages, browser))
 
     async def bench(self, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                    processes, profile):
+                    processes, profile, pages, browser):
         loadgens = [RemoteLoadGenerator(len(range(i, hosts, processes)), rate)
                     for i in range(processes)]
         await asyncio.gather(*(lg.start() for lg in loadgens))
@@ -141,11 +151,24 @@ class Command(BaseCommand):
         named = [("daphne", daphne)] + [(f"controller-{i + 1}", p) for i, p in enumerate(fleet)]
         takeover = None
         lost: list[dict] = []
+        probes: list[BrowserProbe] = []
+        browsed: list[dict] = []
         try:
-            async with aiohttp.ClientSession() as session:
-                sockets = await self.connect_viewers(session, port, cookie, viewers)
+            async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as stack:
+                sockets = await self.connect_viewers(session, port, cookie, viewers, pages)
                 readers = [asyncio.create_task(self.read(ws, log)) for ws, log in zip(sockets, logs)]
                 await self.wait_connected(ids, controllers)
+                if browser:
+                    # A development dependency: imported only when asked for.
+                    from playwright.async_api import async_playwright
+                    playwright = await stack.enter_async_context(async_playwright())
+                    chromium = await playwright.chromium.launch(
+                        executable_path=os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+                    origin = f"http://127.0.0.1:{port}"
+                    probes = [BrowserProbe("fleet"), BrowserProbe("host")]
+                    for probe, path in zip(probes, ["/", f"/hosts/{ids[0]}/"]):
+                        await probe.open(chromium, origin + path,
+                                         {"name": "sessionid", "value": cookie, "url": origin})
                 await asyncio.sleep(WARM_UP_SECONDS)
                 def cpu_clocks() -> dict[str, float]:
                     clocks = {name: cpu_seconds(p.pid) for name, p in named if p.poll() is None}
@@ -160,6 +183,9 @@ class Command(BaseCommand):
                     start, round_start = cpu_clocks(), time.monotonic()
                     for lg in loadgens:
                         lg.go()
+                    if first:
+                        for probe in probes:
+                            await probe.start()
                     if profile and first:
                         profiler = await asyncio.create_subprocess_exec(
                             shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
@@ -176,6 +202,8 @@ class Command(BaseCommand):
                     else:
                         await asyncio.sleep(duration)
                     end = cpu_clocks()
+                    if first:
+                        browsed = [await probe.stop() for probe in probes]
                     loaded += time.monotonic() - round_start
                     for name, clock in end.items():
                         used[name] = used.get(name, 0.0) + clock - start[name]
@@ -213,17 +241,18 @@ class Command(BaseCommand):
         latencies = sorted(x for log in logs for x in log.latencies(sent_at))
         sent = sum(lg.seq[host] for lg, host in where.values())
         self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
-                    takeover, load_average)
+                    takeover, load_average, browsed)
 
     @staticmethod
     def count_lost(logs, final: dict[int, int]) -> dict:
-        """Viewer × host final states not shown after a round: older (or never shown), and
-        newer than the final seq (a benchmark accounting error)."""
+        """Viewer × host final states (the hosts on the viewer's page) not shown after a round:
+        older (or never shown), and newer than the final seq (a benchmark accounting error)."""
         older = sum(1 for log in logs for machine_id, seq in final.items()
-                    if log.shown.get(machine_id, -1) < seq)
+                    if machine_id in log.page and log.shown.get(machine_id, -1) < seq)
         newer = sum(1 for log in logs for machine_id, seq in final.items()
-                    if log.shown.get(machine_id, -1) > seq)
-        return {"final_states": len(logs) * len(final), "lost": older, "newer_than_final": newer,
+                    if machine_id in log.page and log.shown.get(machine_id, -1) > seq)
+        return {"final_states": sum(len(log.page & final.keys()) for log in logs),
+                "lost": older, "newer_than_final": newer,
                 "viewer_resyncs": sum(log.full_states for log in logs) - len(logs)}
 
     def register(self, ports):
@@ -241,14 +270,14 @@ class Command(BaseCommand):
         session.create()
         return session.session_key
 
-    async def connect_viewers(self, session, port, cookie, viewers):
+    async def connect_viewers(self, session, port, cookie, viewers, pages):
         deadline = time.monotonic() + 60
         while True:
             try:
                 return [await session.ws_connect(
-                    f"ws://127.0.0.1:{port}/ws/fleet/",
+                    f"ws://127.0.0.1:{port}/ws/fleet/?page={viewer % pages + 1}",
                     headers={"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={cookie}"})
-                    for _ in range(viewers)]
+                    for viewer in range(viewers)]
             except aiohttp.ClientError:
                 if time.monotonic() > deadline:
                     raise CommandError("daphne did not accept websockets within 60 s") from None
@@ -308,10 +337,11 @@ class Command(BaseCommand):
             log.record(message.data, time.time())
 
     def report(self, hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
-               takeover, load_average):
+               takeover, load_average, browsed):
         controller_cpu = sum(share for name, share in cpu.items() if name.startswith("controller"))
         result = {
             "hosts": hosts, "viewers": viewers, "rate": rate, "controllers": controllers,
+            "megabytes_per_viewer": round(sum(log.bytes for log in logs) / len(logs) / 1e6, 2),
             "snapshots_sent": sent, "row_deliveries_measured": len(latencies),
             "messages_received": sum(log.messages for log in logs),
             "megabytes_received": round(sum(log.bytes for log in logs) / 1e6, 1),
@@ -327,6 +357,7 @@ class Command(BaseCommand):
             "final_states_lost": sum(r["lost"] + r["newer_than_final"] for r in lost),
             "load_average_1_5_15": [round(x, 2) for x in load_average],
             "takeover": takeover,
+            "browser": browsed,
         }
         self.stdout.write(json.dumps(result, indent=1))
         self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s "
@@ -350,6 +381,11 @@ class Command(BaseCommand):
         self.stdout.write(f"final states lost: {result['final_states_lost']}")
         self.stdout.write("load average (1, 5, 15 min): "
                           + ", ".join(f"{x:.2f}" for x in load_average))
+        for page in browsed:
+            self.stdout.write(f"chromium, {page['page']} page: main thread busy "
+                              f"{page['main_thread_busy_percent']} %, {page['long_tasks']} long "
+                              f"tasks (longest {page['longest_task_ms']} ms), "
+                              f"{page['kilobytes_per_second']} kB/s received")
         if takeover:
             self.stdout.write(f"takeover: {takeover['hosts_of_killed_controller']} hosts of the "
                               f"killed controller written again after "
