@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import pytest
 
 from cuzk_engine.config import EngineConfig
-from cuzk_engine.native import msm as native_msm
 from cuzk_engine.engine.orchestrator import Engine
 from cuzk_engine.engine.snapshot import CpuSnapshot, EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.stages import Stages
@@ -25,6 +24,7 @@ from cuzk_engine.errors import (
     ParameterFileError,
     RequestConflict,
 )
+from cuzk_engine.native import msm as native_msm
 from tests.cuzk_engine.conftest import snapshot_when
 
 PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
