@@ -145,6 +145,7 @@ class EngineConfig:
     devices: list[str] = field(default_factory=lambda: ["auto"])
     gpu_workers_per_device: int = 2
     synthesis_workers: int = 0  # 0 = number of CPUs
+    msm_threads: int = 0  # threads per CPU MSM call; 0 = CUZK_MSM_THREADS, else cores / provers
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     param_cache: Path = field(default_factory=default_param_cache)
@@ -154,6 +155,19 @@ class EngineConfig:
 
     def resolved_synthesis_workers(self) -> int:
         return self.synthesis_workers or (os.cpu_count() or 1)
+
+    def resolved_msm_threads(self, provers: int) -> int:
+        """Threads each CPU MSM call spreads over, when `provers` workers may run one at once
+        (device workers on the CPU backend, or finalizers running the G2 MSM): the configured
+        count, else CUZK_MSM_THREADS, else the cores shared among the provers. Every prover
+        already runs several MSMs side by side (prove_start's A, B and L beside H, the G2 MSM
+        beside them), so a per-call share of the cores keeps the threads near the core count
+        and leaves the synthesis processes their turn on the CPU."""
+        if self.msm_threads:
+            return self.msm_threads
+        from cuzk_engine.native.msm import configured_threads
+
+        return configured_threads() or max(1, (os.cpu_count() or 1) // max(1, provers))
 
     def check_daemon_security(self) -> None:
         """Refuse to serve beyond loopback without a bearer token."""
@@ -177,10 +191,11 @@ def detect_memory_total() -> int:
 
 
 _SCHEMA: dict[str, set[str]] = {
-    "": {"devices", "gpus", "synthesis", "memory", "pipeline", "srs", "daemon", "status",
+    "": {"devices", "gpus", "synthesis", "cpu", "memory", "pipeline", "srs", "daemon", "status",
          "priorities"},
     "gpus": {"devices", "gpu_workers_per_device"},
     "synthesis": {"workers"},
+    "cpu": {"msm_threads"},
     "memory": {"total_budget", "safety_margin", "eviction_min_idle"},
     "pipeline": {"enabled", "split_prove", "self_verify"},
     "srs": {"param_cache"},
@@ -238,6 +253,12 @@ def config_from_dict(data: dict) -> EngineConfig:
         if not 0 <= n <= 1024:
             raise ConfigError(f"synthesis.workers must be 0 (all CPUs)..1024, got {n}")
         cfg.synthesis_workers = n
+    cpu = data.get("cpu", {})
+    if "msm_threads" in cpu:
+        n = _expect(cpu["msm_threads"], int, "cpu.msm_threads")
+        if not 0 <= n <= 1024:
+            raise ConfigError(f"cpu.msm_threads must be 0 (automatic)..1024, got {n}")
+        cfg.msm_threads = n
 
     mem = data.get("memory", {})
     if "total_budget" in mem:

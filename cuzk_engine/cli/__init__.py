@@ -2,7 +2,10 @@
 
 To add commands, append a module to COMMAND_MODULES. Each module exposes
 `register(subparsers)` for top-level commands and may expose `register_bench(bench)` to add
-subcommands under `bench`. A command sets `func(args) -> int` as its parser default.
+subcommands under `bench`. A command sets `func(args) -> int` as its parser default, and
+`skip_teardown=True` when, run as its own process, nothing it leaves needs cleaning up: the
+process then ends without the interpreter's teardown (freeing every object and module took
+~0.1 s of a 1 s `prove`).
 Errors the engine reports (CuzkError) print one line on stderr and exit 2, without traceback.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -47,11 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
+    """Runs one command. `own_process`: the caller is `python -m cuzk_engine`, which ends when
+    the command does; a command that allows it then ends the process at once."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        if own_process and getattr(args, "skip_teardown", False):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+        return rc
     except CuzkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -60,6 +59,9 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    # imported here: asyncio (with ssl) costs a one-shot `prove` ~20 ms of start-up
+    import asyncio
+
     from cuzk_engine.daemon import serve
 
     asyncio.run(serve(cfg, ready=lambda url: print(f"cuzk engine serving on {url}",
@@ -71,6 +73,8 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg is None:
         return 2
+    import asyncio
+
     from cuzk_engine.bench.pipeline import print_report, run_pipeline_bench
 
     report = asyncio.run(run_pipeline_bench(cfg, args.kind, args.profile, args.jobs))

@@ -284,11 +284,11 @@ def register(subparsers) -> None:
                    help="output directory (must not exist or be empty)")
     _add_backend(p)
     add_param_cache_argument(p)
-    p.set_defaults(func=cmd_prove)
+    p.set_defaults(func=cmd_prove, skip_teardown=True)
 
     p = subparsers.add_parser("verify", help="verify a directory written by `prove`")
     p.add_argument("dir", type=Path)
-    p.set_defaults(func=cmd_verify)
+    p.set_defaults(func=cmd_verify, skip_teardown=True)
 
     p = subparsers.add_parser("circuits", help="print the constraint count of every circuit")
     p.add_argument("--json", action="store_true")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import uuid
 from collections.abc import Callable, Coroutine
@@ -27,7 +28,7 @@ from cuzk_engine.engine.devices import Device, open_devices
 from cuzk_engine.engine.memory import MemoryBudget, Reservation, format_bytes
 from cuzk_engine.engine.pool import synthesis_pool
 from cuzk_engine.engine.queues import JobQueue, PartitionQueue
-from cuzk_engine.engine.snapshot import EngineSnapshot, PartitionSnapshot
+from cuzk_engine.engine.snapshot import CpuSnapshot, EngineSnapshot, PartitionSnapshot
 from cuzk_engine.engine.srs import SrsManager
 from cuzk_engine.engine.stages import Stages, real_stages
 from cuzk_engine.engine.status import JobRecord, StatusTracker
@@ -39,6 +40,7 @@ from cuzk_engine.errors import (
     JobNotFound,
     RequestConflict,
 )
+from cuzk_engine.native.msm import set_process_threads as set_msm_process_threads
 from cuzk_engine.vocabulary import PRIORITY_RANK
 
 log = logging.getLogger("cuzk_engine.engine")
@@ -203,10 +205,16 @@ class Engine:
         self.devices: list[Device] = open_devices(config.devices, self.stages)
         self.workers_per_device = config.gpu_workers_per_device if self.pipelined else 1
         self.synth_workers = config.resolved_synthesis_workers()
+        # every worker may run MSMs on the CPU at once: on a CPU device its whole proof, on a
+        # GPU its finalizer's G2 MSM; they share the cores with the synthesis processes
+        provers = len(self.devices) * self.workers_per_device
+        self.msm_threads = config.resolved_msm_threads(provers)
+        set_msm_process_threads(self.msm_threads)
         self.budget = MemoryBudget(config.memory.resolve_total())
         self.tracker = StatusTracker(
             [d.info() for d in self.devices], self.workers_per_device,
             memory=self.budget.usage, synthesis_max_concurrent=self.synth_workers,
+            cpu=CpuSnapshot(os.cpu_count() or 1, self.synth_workers, self.msm_threads, provers),
             retention=config.status.retention,
         )
         self.srs = SrsManager(config.param_cache, self.budget, self.tracker, self.stages,
@@ -436,6 +444,7 @@ class Engine:
                         for d in self.devices],
             "gpu_workers_per_device": self.workers_per_device,
             "synthesis_workers": self.synth_workers,
+            "msm_threads": self.msm_threads,
             "memory_budget_bytes": self.budget.total,
             "kinds": list(self.stages.kinds),
             "profiles": list(self.stages.profiles),

@@ -48,6 +48,17 @@ class SynthesisSnapshot:
     active: int
 
 
+@dataclass(slots=True)
+class CpuSnapshot:
+    """How the engine shares the CPU: synthesis processes against the threads of each MSM
+    that proving workers (device workers on the CPU backend, finalizers' G2 MSMs) run."""
+
+    cores: int
+    synthesis_processes: int  # = synthesis.max_concurrent
+    msm_threads: int  # threads per MSM call
+    provers: int  # workers that may each run MSMs at once
+
+
 class PartitionSnapshot(NamedTuple):
     """Immutable, so an unchanged partition's object is shared between snapshots; a tuple
     because a frozen dataclass costs ~15x more to build and running timers rebuild some of these
@@ -156,6 +167,7 @@ class EngineSnapshot:
     allocations: dict[str, list[AllocationSnapshot]]
     counters: CountersSnapshot
     buffers: BuffersSnapshot
+    cpu: CpuSnapshot | None = None  # None: an engine too old to say
 
     def to_json(self) -> dict:
         """Plain JSON-ready dicts, built directly: ``dataclasses.asdict`` deep-copies every
@@ -184,6 +196,7 @@ class EngineSnapshot:
                             for kind, allocs in self.allocations.items()},
             "counters": counters,
             "buffers": _as_dict(self.buffers),
+            "cpu": None if self.cpu is None else _as_dict(self.cpu),
         }
 
     @classmethod
@@ -220,6 +233,8 @@ class EngineSnapshot:
             counters=CountersSnapshot(*_values(CountersSnapshot, d.get("counters"),
                                                ("counters",))),
             buffers=BuffersSnapshot(*_values(BuffersSnapshot, d.get("buffers"), ("buffers",))),
+            cpu=None if d.get("cpu") is None else CpuSnapshot(
+                *_values(CpuSnapshot, d["cpu"], ("cpu",))),
         )
 
 
@@ -246,7 +261,7 @@ _OPTIONAL = {
 _NESTED = {
     PipelineSnapshot: ("partitions",),
     EngineSnapshot: ("memory", "synthesis", "pipelines", "gpu_workers", "devices",
-                     "allocations", "counters", "buffers"),
+                     "allocations", "counters", "buffers", "cpu"),
 }
 
 
@@ -352,6 +367,13 @@ def snapshot_violations(snap: EngineSnapshot) -> list[str]:
         counts["synthesizing"], counts["synth_done"], counts["gpu"], counts["finalizing"]
     ):
         bad.append(f"buffers {b} disagree with partition phases {counts}")
+    if snap.cpu is not None:
+        cpu = snap.cpu
+        if cpu.synthesis_processes != snap.synthesis.max_concurrent:
+            bad.append(f"cpu.synthesis_processes {cpu.synthesis_processes} != "
+                       f"synthesis.max_concurrent {snap.synthesis.max_concurrent}")
+        if min(cpu.cores, cpu.msm_threads, cpu.provers) < 1:
+            bad.append(f"cpu split {cpu} has a count below 1")
     m = snap.memory
     if not 0 <= m.used_bytes <= m.total_bytes:
         bad.append(f"memory used {m.used_bytes} outside 0..{m.total_bytes}")

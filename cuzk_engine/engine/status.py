@@ -32,6 +32,7 @@ from cuzk_engine.engine.snapshot import (
     AllocationSnapshot,
     BuffersSnapshot,
     CountersSnapshot,
+    CpuSnapshot,
     DeviceSnapshot,
     EngineSnapshot,
     MemorySnapshot,
@@ -237,6 +238,7 @@ class StatusTracker:
         *,
         memory: MemoryReader = lambda: (0, 0),
         synthesis_max_concurrent: int = 1,
+        cpu: CpuSnapshot | None = None,
         retention: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -248,6 +250,7 @@ class StatusTracker:
         self._memory = memory
         self._retention = retention
         self._synth_max = synthesis_max_concurrent
+        self._cpu = cpu
         self._devices = list(devices)
         self._workers: list[_Worker] = []
         self._device_workers: dict[int, list[int]] = {}
@@ -675,6 +678,7 @@ class StatusTracker:
             ),
             buffers=BuffersSnapshot(counts["synthesizing"], counts["synth_done"], counts["gpu"],
                                     counts["finalizing"]),
+            cpu=self._cpu,
         )
 
     def partitions_of(self, job: JobRecord) -> list[PartitionSnapshot]:

@@ -23,10 +23,9 @@ stops their combinations from growing by one term per round (2 rows per compacti
 
 from __future__ import annotations
 
-from functools import cache
-
 from cuzk_engine.field import MODULUS, inverse
 from cuzk_engine.gadgets import Num, compact, constant, linear, mul
+from cuzk_engine.gadgets.poseidon_constants import MDS, ROUND_CONSTANTS
 from cuzk_engine.r1cs import ConstraintSystem
 
 WIDTH = 3
@@ -60,9 +59,14 @@ def _grain_bits():
             clock()
 
 
-@cache
 def parameters() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """(round constants, MDS matrix) of the instance documented above."""
+    """(round constants, MDS matrix) of the instance documented above: derive_parameters()'s
+    result, stored in poseidon_constants."""
+    return ROUND_CONSTANTS, MDS
+
+
+def derive_parameters() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """(round constants, MDS matrix) from the Grain LFSR, as documented above."""
     bits = _grain_bits()
 
     def draw() -> int:

@@ -9,10 +9,8 @@ use windowed tables (`cuzk_engine.curve.FixedBase`) spread over worker processes
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +75,11 @@ def _multiply_all(jobs: list[tuple[str, str, list[int]]],
             if progress:
                 progress(done, total)
     else:
-        # spawn, not fork: the caller may be a multi-threaded engine process
+        # imported here, as a prover never needs them; spawn, not fork: the caller may be a
+        # multi-threaded engine process
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(_multiply_chunk, group, scalars): (i, len(scalars))

@@ -152,8 +152,9 @@ HD fp_t fp_from_mont(const fp_t *a)
     return fp_mul(a, &one);
 }
 
+#ifndef FP_HAS_HOST_INV
 /* a^-1 = a^(p-2) (Fermat) for a != 0, Montgomery in and out; 0 maps to 0. Used once per batch
- * of affine additions and per MSM result, so the plain square-and-multiply is cheap enough. */
+ * of affine additions and per MSM result (the host MSM has a faster one in fp_x64.h). */
 HD fp_t fp_inv(const fp_t *a)
 {
     const fr_limb e[FP_LIMBS] = {FP_P0 - 2, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5};
@@ -166,5 +167,6 @@ HD fp_t fp_inv(const fp_t *a)
     }
     return acc;
 }
+#endif
 
 #endif

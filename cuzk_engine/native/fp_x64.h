@@ -98,6 +98,79 @@ static inline __attribute__((always_inline)) fp_t fp_mul(const fp_t *a, const fp
     return fp_x64_sub_p_if_ge(&r);
 }
 #undef FP_X64_ROW
+
+/* a^-1 for the host MSM: the binary extended Euclidean algorithm on the Montgomery
+ * representative A = aR (X = A^-1 mod p), then X * R^3 through one Montgomery product gives
+ * a^-1 R. Variable time (the MSM's operands are public), about 2.5x faster than Fermat's 570
+ * products, which cost ~10% of a whole `prove` at 2^14 (one inversion per batch of additions).
+ * 0 maps to 0, as in fp.h. */
+#define FP_HAS_HOST_INV 1
+
+static inline int fp_x64_is_one_plain(const fp_t *a)
+{
+    return a->l[0] == 1 && (a->l[1] | a->l[2] | a->l[3] | a->l[4] | a->l[5]) == 0;
+}
+
+static inline int fp_x64_geq(const fp_t *a, const fp_t *b)
+{
+    for (int i = FP_LIMBS - 1; i >= 0; i--)
+        if (a->l[i] != b->l[i]) return a->l[i] > b->l[i];
+    return 1;
+}
+
+static inline void fp_x64_sub_plain(fp_t *a, const fp_t *b)
+{
+    unsigned char borrow = 0;
+    for (int i = 0; i < FP_LIMBS; i++)
+        borrow = _subborrow_u64(borrow, a->l[i], b->l[i], (unsigned long long *)&a->l[i]);
+}
+
+/* Strips u's trailing zero bits (u odd afterwards; u != 0) and divides x by the same power
+ * of two mod p: x + k p with k = x * (-p^-1) mod 2^s is divisible by 2^s (Montgomery's step). */
+static inline void fp_x64_strip(fp_t *u, fp_t *x)
+{
+    static const fr_limb p[FP_LIMBS] = {FP_P0, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5};
+    while (!(u->l[0] & 1)) {
+        unsigned int s = u->l[0] ? (unsigned int)__builtin_ctzll(u->l[0]) : 63;
+        if (s > 63) s = 63;
+        for (int i = 0; i < FP_LIMBS - 1; i++) u->l[i] = (u->l[i] >> s) | (u->l[i + 1] << (64 - s));
+        u->l[FP_LIMBS - 1] >>= s;
+        const fr_limb k = (x->l[0] * FP_INV) & ((((fr_limb)1) << s) - 1);
+        fr_limb t[FP_LIMBS + 1];
+        fp_u128 acc = 0;
+        for (int i = 0; i < FP_LIMBS; i++) {
+            acc += (fp_u128)k * p[i] + x->l[i];
+            t[i] = (fr_limb)acc;
+            acc >>= 64;
+        }
+        t[FP_LIMBS] = (fr_limb)acc;
+        fp_t r;
+        for (int i = 0; i < FP_LIMBS; i++) r.l[i] = (t[i] >> s) | (t[i + 1] << (64 - s));
+        *x = fp_x64_sub_p_if_ge(&r); /* (x + k p) / 2^s < 2p */
+    }
+}
+
+static inline fp_t fp_inv(const fp_t *a)
+{
+    static const fp_t r3 = {{0xed48ac6bd94ca1e0ULL, 0x315f831e03a7adf8ULL, 0x9a53352a615e29ddULL,
+                             0x34c04e5e921e1761ULL, 0x2512d43565724728ULL, 0x0aa6346091755d4dULL}};
+    if ((a->l[0] | a->l[1] | a->l[2] | a->l[3] | a->l[4] | a->l[5]) == 0) return *a;
+    fp_t u = *a, v = {{FP_P0, FP_P1, FP_P2, FP_P3, FP_P4, FP_P5}};
+    fp_t x1 = {{1, 0, 0, 0, 0, 0}}, x2 = {{0, 0, 0, 0, 0, 0}};
+    for (;;) { /* x1 A = u and x2 A = v (mod p), u and v odd after each strip */
+        fp_x64_strip(&u, &x1);
+        if (fp_x64_is_one_plain(&u)) return fp_mul(&x1, &r3);
+        fp_x64_strip(&v, &x2);
+        if (fp_x64_is_one_plain(&v)) return fp_mul(&x2, &r3);
+        if (fp_x64_geq(&u, &v)) {
+            fp_x64_sub_plain(&u, &v);
+            x1 = fp_sub(&x1, &x2);
+        } else {
+            fp_x64_sub_plain(&v, &u);
+            x2 = fp_sub(&x2, &x1);
+        }
+    }
+}
 #else
 /* Montgomery product, CIOS with the "no-carry" shortcut: p's top limb is below 2^63 - 1, so
  * the running value fits six limbs plus the two carries of each row, and no seventh limb is

@@ -30,15 +30,26 @@ STATS = ("window", "windows", "general_scalars", "one_scalars", "bucket_addition
 
 
 THREADS_ENV = "CUZK_MSM_THREADS"
+# set by an engine for its process (its CPU split between MSM threads and synthesis processes)
+_process_threads: int | None = None
+
+
+def configured_threads() -> int | None:
+    """CUZK_MSM_THREADS when set to a positive count (to leave cores to synthesis processes)."""
+    configured = os.environ.get(THREADS_ENV, "")
+    return int(configured) if configured.isdigit() and int(configured) > 0 else None
+
+
+def set_process_threads(threads: int | None) -> None:
+    """The threads every MSM of this process uses unless a call says otherwise (None: back to
+    CUZK_MSM_THREADS or every core). The engine sets its share of the CPU here."""
+    global _process_threads
+    _process_threads = threads
 
 
 def default_threads() -> int:
-    """Threads per MSM: CUZK_MSM_THREADS when set (to leave cores to synthesis processes),
-    else every core."""
-    configured = os.environ.get(THREADS_ENV, "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return max(1, os.cpu_count() or 1)
+    """Threads per MSM: the process's setting, else CUZK_MSM_THREADS, else every core."""
+    return _process_threads or configured_threads() or max(1, os.cpu_count() or 1)
 
 
 class NativeMsm:

@@ -41,6 +41,8 @@ porep-c2 = "high"
     ({"gpus": {"devices": ["tpu"]}}, "unknown device"),
     ({"daemon": {"listen": "nohost"}}, "daemon.listen"),
     ({"pipeline": {"enabled": "yes"}}, "pipeline.enabled"),
+    ({"cpu": {"msm_threads": -1}}, "cpu.msm_threads"),
+    ({"cpu": {"msm_threads": "all"}}, "cpu.msm_threads"),
     ({"priorities": {"porep-c2": "urgent"}}, "priorities.porep-c2"),
     ({"priorities": {"sealing": "high"}}, "priorities.sealing"),
 ])
@@ -56,3 +58,16 @@ def test_off_loopback_without_token_is_refused_and_sizes_parse():
     assert parse_size("512MiB") == 512 * 1024**2 and parse_size("2GB") == 2 * 10**9
     with pytest.raises(ConfigError):
         load_config("/nonexistent/engine.toml")
+
+
+def test_msm_threads_share_the_cores_among_the_provers_unless_configured(monkeypatch):
+    monkeypatch.delenv("CUZK_MSM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    auto = config_from_dict({})
+    assert auto.msm_threads == 0
+    assert auto.resolved_msm_threads(2) == 4  # two workers proving at once: half the cores each
+    assert auto.resolved_msm_threads(16) == 1  # never below one
+    assert auto.resolved_msm_threads(0) == 8
+    monkeypatch.setenv("CUZK_MSM_THREADS", "3")
+    assert auto.resolved_msm_threads(2) == 3  # the environment, when the file says nothing
+    assert config_from_dict({"cpu": {"msm_threads": 6}}).resolved_msm_threads(2) == 6

@@ -3,6 +3,7 @@ metrics and the status stream. Runs the real prover stages; no proof is needed h
 the stream test, which proves one tiny winning-post."""
 
 import asyncio
+import os
 
 import aiohttp
 import pytest
@@ -132,6 +133,11 @@ async def test_info_and_metrics(daemon):
     async with EngineClient(daemon.url) as c:
         info = await c.info()
         assert info["devices"][0]["name"] == "cpu" and "porep-c2" in info["kinds"]
+        split = (await c.status())["cpu"]  # how synthesis and the MSMs share the cores
+        assert split["synthesis_processes"] == info["synthesis_workers"]
+        assert split["msm_threads"] == info["msm_threads"] >= 1
+        assert split["provers"] == info["gpu_workers_per_device"]
+        assert split["cores"] == os.cpu_count()
         text = await c.metrics()
     for family in ("cuzk_proofs_completed_total", "cuzk_queue_depth", "cuzk_gpu_worker_busy",
                    "cuzk_uptime_seconds", "cuzk_running_jobs", "cuzk_memory_bytes"):

@@ -16,7 +16,7 @@ import pytest
 
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.engine.orchestrator import Engine
-from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
+from cuzk_engine.engine.snapshot import CpuSnapshot, EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.stages import Stages
 from cuzk_engine.errors import (
     EngineNotAccepting,
@@ -24,6 +24,7 @@ from cuzk_engine.errors import (
     ParameterFileError,
     RequestConflict,
 )
+from cuzk_engine.native import msm as native_msm
 from tests.cuzk_engine.conftest import snapshot_when
 
 PARTS = {"winning-post": 1, "window-post": 1, "snap-update": 16, "porep-c2": 10}
@@ -471,6 +472,21 @@ async def test_a_drain_gives_up_waiting_for_unfetched_results_after_the_linger()
     engine.submit("winning-post", "tiny", 1, request_id="never-fetched")
     await asyncio.wait_for(engine.drain(), 5)
     await engine.stop()
+
+
+async def test_status_shows_how_msm_threads_and_synthesis_share_the_cpu(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.delenv(native_msm.THREADS_ENV, raising=False)
+    monkeypatch.setattr(native_msm, "_process_threads", None)  # restored after the test
+    for pipelined, provers in ((True, 2), (False, 1)):
+        engine = Engine(make_config(synth=3, workers=2, pipelined=pipelined),
+                        stages=StandInStages().stages(), synth_executor=ThreadPoolExecutor(1))
+        split = engine.snapshot().cpu
+        assert split == CpuSnapshot(cores=8, synthesis_processes=3, msm_threads=8 // provers,
+                                    provers=provers)
+        assert native_msm.default_threads() == 8 // provers  # what the MSMs will use
+        assert engine.snapshot().to_json()["cpu"]["msm_threads"] == 8 // provers
+        assert engine.info()["msm_threads"] == 8 // provers
 
 
 async def test_monolithic_mode_proves_sequentially_with_one_worker_per_device():

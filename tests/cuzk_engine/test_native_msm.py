@@ -176,6 +176,7 @@ def test_side_by_side_runs_whole_processes(tiny_cache, monkeypatch):
 
 
 def test_thread_count_defaults_to_every_core_unless_configured(monkeypatch):
+    monkeypatch.setattr(native_msm, "_process_threads", None)  # an engine in this process sets it
     monkeypatch.delenv(native_msm.THREADS_ENV, raising=False)
     assert native_msm.default_threads() == max(1, os.cpu_count() or 1)
     monkeypatch.setenv(native_msm.THREADS_ENV, "3")
@@ -183,3 +184,6 @@ def test_thread_count_defaults_to_every_core_unless_configured(monkeypatch):
     for unusable in ("0", "-2", "many", ""):
         monkeypatch.setenv(native_msm.THREADS_ENV, unusable)
         assert native_msm.default_threads() == max(1, os.cpu_count() or 1)
+
+    native_msm.set_process_threads(2)  # what an engine sets for its process wins
+    assert native_msm.default_threads() == 2

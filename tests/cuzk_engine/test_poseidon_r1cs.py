@@ -8,7 +8,14 @@ from cuzk_engine.errors import InvalidRequest, UnsatisfiedCircuit
 from cuzk_engine.field import MODULUS
 from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
 from cuzk_engine.gadgets.merkle import SparseMerkleTree
-from cuzk_engine.gadgets.poseidon import hash2, hash2_gadget, permute, permute_gadget
+from cuzk_engine.gadgets.poseidon import (
+    derive_parameters,
+    hash2,
+    hash2_gadget,
+    parameters,
+    permute,
+    permute_gadget,
+)
 from cuzk_engine.r1cs import ConstraintSystem
 from cuzk_engine.vocabulary import KINDS, PROFILES
 
@@ -20,6 +27,13 @@ def test_poseidon_matches_published_test_vector():
         0x51F3E312C95343A896CFD8945EA82BA956C1118CE9B9859B6EA56637B4B1DDC4,
         0x3B2B69139B235626A0BFB56C9527AE66A7BF486AD8C11C14D1DA0C69BBE0F79A,
     ]
+
+
+def test_stored_constants_are_the_grain_derivation():
+    # the prover reads them from poseidon_constants instead of deriving them at every start
+    constants, mds = derive_parameters()
+    assert len(constants) == 3 * (8 + 57) and len(mds) == 3
+    assert parameters() == (constants, mds)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from cuzk_engine.engine.snapshot import EngineSnapshot, snapshot_violations
+from cuzk_engine.engine.snapshot import CpuSnapshot, EngineSnapshot, snapshot_violations
 from cuzk_engine.engine.status import (
     _TRANSITIONS,
     DeviceInfo,
@@ -312,6 +312,25 @@ def test_from_json_reads_back_exactly_what_to_json_wrote():
     snap = t.snapshot()
     wire = json.loads(json.dumps({**snap.to_json(), "added_by_a_newer_engine": 1}))
     assert EngineSnapshot.from_json(wire) == snap
+
+
+def test_the_cpu_split_travels_and_must_agree_with_synthesis():
+    t = tracker(synthesis_max_concurrent=2, cpu=CpuSnapshot(cores=2, synthesis_processes=2,
+                                                             msm_threads=1, provers=2))
+    snap = t.snapshot()
+    assert snapshot_violations(snap) == []
+    wire = json.loads(json.dumps(snap.to_json()))
+    assert wire["cpu"] == {"cores": 2, "synthesis_processes": 2, "msm_threads": 1, "provers": 2}
+    assert EngineSnapshot.from_json(wire) == snap
+    del wire["cpu"]  # an engine from before the split
+    assert EngineSnapshot.from_json(wire).cpu is None
+    lying = dataclasses.replace(snap, cpu=CpuSnapshot(2, 3, 1, 2))
+    assert any("synthesis_processes 3" in v for v in snapshot_violations(lying))
+    assert any("below 1" in v for v in snapshot_violations(
+        dataclasses.replace(snap, cpu=CpuSnapshot(2, 2, 0, 2))))
+    with pytest.raises(SnapshotFormatError, match=re.escape("cpu: missing msm_threads")):
+        EngineSnapshot.from_json({**snap.to_json(), "cpu": {"cores": 2, "synthesis_processes": 2,
+                                                            "provers": 2}})
 
 
 @pytest.mark.parametrize("damage, named", [
