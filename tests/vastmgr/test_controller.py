@@ -11,6 +11,7 @@ from aiohttp import web
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.utils import timezone
 
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
@@ -19,6 +20,7 @@ from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP
 from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.remote.models import RemoteHost
 
 pytestmark = pytest.mark.django_db(transaction=True)
 engine, param_cache = live_engine.engine, live_engine.param_cache
@@ -315,3 +317,41 @@ async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
     assert asyncio.get_running_loop().time() - started < 2  # well inside the 5 s renewal
     await ws.disconnect()
     await controller.shutdown()
+
+
+async def test_only_machines_changed_since_the_last_read_are_read_again_however_they_changed():
+    """The controller re-reads a machine only when its change marker moved, and every way of
+    changing a machine moves it: a save of some fields, a bulk update, a kill, its billing."""
+    create = database_sync_to_async(Machine.objects.create)
+    # Disabled: nothing is watched, the machines are only read (as for their greyed rows).
+    a, b, c = [await create(name=name, provider="local", host="127.0.0.1", engine_port=1,
+                            enabled=False) for name in "abc"]
+    controller = FleetController(publisher=LayerPublisher(), interval=1.0)
+
+    async def read_again() -> set[int]:
+        """The machines whose object the controller replaced on its next read."""
+        held = dict(controller.machines)
+        await controller.sync_machines()
+        return {pk for pk, machine in controller.machines.items() if held.get(pk) is not machine}
+
+    assert await read_again() == {a.pk, b.pk, c.pk}
+    assert await read_again() == set()
+
+    await database_sync_to_async(Machine.objects.filter(pk=a.pk).update)(bench_rate=12.5)
+    assert await read_again() == {a.pk}
+    assert controller.machines[a.pk].bench_rate == 12.5
+
+    b.price_per_hour = 1
+    await database_sync_to_async(b.save)(update_fields=["price_per_hour"])
+    assert await read_again() == {b.pk}
+    assert controller.machines[b.pk].price_per_hour == 1
+
+    await database_sync_to_async(RemoteHost.objects.create)(machine=c, billing_started=timezone.now())
+    assert await read_again() == {c.pk}
+    assert controller.machines[c.pk].remote.billing_started is not None
+
+    await database_sync_to_async(a.kill)("test")
+    assert await read_again() == set() and a.pk not in controller.machines
+    d = await create(name="d", provider="local", host="127.0.0.1", engine_port=1, enabled=False)
+    assert await read_again() == {d.pk}
+    assert list(controller.machines) == [b.pk, c.pk, d.pk]  # the fleet's order (by name)

@@ -202,11 +202,11 @@ def test_a_cancel_for_a_job_whose_machine_went_offline_ends_cancelled_not_requeu
     machine = Machine.objects.create(name="gpu-2", provider="local")
     job = ProofJob.objects.create(kind="winning-post", seed=1, machine=machine,
                                   status=ProofJob.Status.RUNNING, cancel_requested=True)
-    assert [j.pk for j in jobs.cancel_requests()] == [job.pk]
+    assert [j.pk for j in jobs.cancel_requests(jobs.in_flight_jobs())] == [job.pk]
     jobs.requeue(job.pk, machine.pk, "machine offline for more than 60 s")
     job.refresh_from_db()
     assert job.status == ProofJob.Status.CANCELLED and "machine offline" in job.error
-    assert jobs.cancel_requests() == []
+    assert jobs.cancel_requests(jobs.in_flight_jobs()) == []
 
 
 @pytest.mark.django_db

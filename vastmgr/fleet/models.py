@@ -8,6 +8,14 @@ from vastmgr.errors import AppendOnlyError
 from vastmgr.transitions import check_transition
 
 
+class MachineQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        # `updated` is the fleet controller's change marker: it re-reads only the machines
+        # whose marker moved, so a bulk update moves it too.
+        kwargs.setdefault("updated", timezone.now())
+        return super().update(**kwargs)
+
+
 class Machine(models.Model):
     """A host running (or about to run) a proving engine."""
 
@@ -71,11 +79,21 @@ class Machine(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
+    objects = MachineQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        # `updated` is the fleet controller's change marker (it re-reads only the machines
+        # whose marker moved): a save of some fields moves it too.
+        fields = kwargs.get("update_fields")
+        if fields is not None and "updated" not in fields:
+            kwargs["update_fields"] = [*fields, "updated"]
+        super().save(*args, **kwargs)
 
     def __repr__(self) -> str:
         # Never include the engine token, even in debugging output.

@@ -49,9 +49,16 @@ def in_flight_jobs(machine_ids=None) -> list[ProofJob]:
     return list(jobs)
 
 
-def cancel_requests() -> list[ProofJob]:
-    """Jobs on an engine that an operator asked to cancel (queued ones are cancelled at once)."""
-    return list(ProofJob.objects.in_flight().filter(cancel_requested=True))
+def open_jobs() -> tuple[list[ProofJob], list[ProofJob]]:
+    """The jobs in flight and the queued ones (`queued_jobs`), read together for one pass of
+    the dispatcher."""
+    return in_flight_jobs(), queued_jobs()
+
+
+def cancel_requests(in_flight: list[ProofJob]) -> list[ProofJob]:
+    """Of the jobs in flight, those an operator asked to cancel (queued ones are cancelled at
+    once)."""
+    return [job for job in in_flight if job.cancel_requested]
 
 
 def cancel_refused(job_id, error: str) -> None:

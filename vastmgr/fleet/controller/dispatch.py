@@ -93,17 +93,27 @@ class Dispatcher:
         for job in await database_sync_to_async(jobs.in_flight_jobs)(machine_ids):
             self.watch_result(job)
 
-    async def dispatch(self) -> None:
-        """Hand queued jobs to engines with room (`placement.place`): the rest stay queued
-        here, where a host that becomes running takes its share at once."""
-        queued = await database_sync_to_async(jobs.queued_jobs)()
+    async def run_pass(self, now: float) -> None:
+        """The tick's job work (re-queue what was lost, dispatch, send cancels) from one read
+        of the open jobs: with a thousand hosts each database round trip waits its turn on a
+        busy event loop, and an idle queue must cost the tick next to nothing."""
+        in_flight, queued = await database_sync_to_async(jobs.open_jobs)()
+        await self.requeue_lost(now, in_flight)
+        await self.dispatch(queued)
+        await self.cancel_requested(jobs.cancel_requests(in_flight))
+
+    async def dispatch(self, queued: list[ProofJob] | None = None) -> None:
+        """Hand queued jobs (`queued`, else read now) to engines with room (`placement.place`):
+        the rest stay queued here, where a host that becomes running takes its share at once."""
+        if queued is None:
+            queued = await database_sync_to_async(jobs.queued_jobs)()
         if not queued:
             return
         # Hosts the autopilot drains take no new work; they are destroyed once theirs is done.
         self.draining = await database_sync_to_async(draining_machine_ids)()
         by_id = {}
         for job in queued:
-            if job.machine_id is not None:
+            if job.machine is not None:
                 reason = job.machine.unusable_reason()
                 if reason:
                     await self.publish_job(await database_sync_to_async(jobs.fail)(job.pk, reason))
@@ -235,16 +245,19 @@ class Dispatcher:
     def _still_in_flight(self, job_id: str, machine_id: int) -> bool:
         return ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id).exists()
 
-    async def requeue_lost(self, now: float) -> None:
-        """Jobs on a machine that has been unreachable for longer than the grace period go back
-        to the queue (the engine's request-id idempotency makes a later duplicate harmless);
-        every other in-flight job has a result waiter (one that failed is started again)."""
+    async def requeue_lost(self, now: float, in_flight: list[ProofJob]) -> None:
+        """Of the jobs `in_flight`, those on a machine that has been unreachable for longer than
+        the grace period go back to the queue (the engine's request-id idempotency makes a
+        later duplicate harmless); every other has a result waiter (one that failed is started
+        again)."""
+        if not in_flight:
+            return
         grace = self.fleet.grace
         expired = {mid for mid, host in self.fleet.hosts.items()
                    if not host.live.connected and host.live.down_since is not None
                    and now - host.live.down_since > grace}
-        in_flight = await database_sync_to_async(jobs.in_flight_jobs)()
         for job in in_flight:
+            assert job.machine_id is not None, "a job in flight is on a machine"
             machine = self.fleet.machines.get(job.machine_id)
             gone = machine is None or not machine.enabled
             if job.machine_id in expired or gone:
@@ -255,13 +268,13 @@ class Dispatcher:
             elif job.machine_id in self.fleet.hosts:
                 self.watch_result(job)  # a waiter that failed is replaced here
 
-    async def cancel_requested(self) -> None:
-        """Send DELETE to the engine for each job an operator asked to cancel. The result
-        waiter then reads the engine's `cancelled` record and moves the job, as for any result;
-        a job that finished before the cancel arrived stays done."""
-        requests = await database_sync_to_async(jobs.cancel_requests)()
+    async def cancel_requested(self, requests: list[ProofJob]) -> None:
+        """Send DELETE to the engine for each job in `requests` (in flight, an operator asked
+        to cancel it). The result waiter then reads the engine's `cancelled` record and moves
+        the job, as for any result; a job that finished before the cancel arrived stays done."""
         self.cancelling &= {str(job.pk) for job in requests}
         for job in requests:
+            assert job.machine_id is not None, "a job in flight is on a machine"
             engine = self.connected(job.machine_id)
             if str(job.pk) in self.cancelling or engine is None:
                 continue  # an offline machine's job is cancelled when it is re-queued
