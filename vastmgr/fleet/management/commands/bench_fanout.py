@@ -54,6 +54,7 @@ SETTLE_SECONDS = 5.0
 WARM_UP_SECONDS = 2.0
 CONNECT_TIMEOUT = 60.0
 HOSTS_PER_LOADGEN = 250
+LOADGEN_PREFIX = "loadgen-"  # the benchmark's hosts, removed at its end (or by the next run)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -256,8 +257,14 @@ class Command(BaseCommand):
                 "viewer_resyncs": sum(log.full_states for log in logs) - len(logs)}
 
     def register(self, ports):
+        # A run killed before its clean-up left its hosts behind: watched, they would be a
+        # thousand dead engines reconnecting beside this run's.
+        left = Machine.objects.filter(name__startswith=LOADGEN_PREFIX, provider="local")
+        if (count := left.count()):
+            self.stderr.write(f"removing {count} hosts an interrupted run left behind")
+            left.delete()
         stamp = time.time_ns()
-        return [Machine.objects.create(name=f"loadgen-{stamp}-{i}", provider="local",
+        return [Machine.objects.create(name=f"{LOADGEN_PREFIX}{stamp}-{i}", provider="local",
                                        host="127.0.0.1", engine_port=port)
                 for i, port in enumerate(ports)]
 
