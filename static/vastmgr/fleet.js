@@ -3,7 +3,10 @@
 //   phase's duration, an ETA counting down — from its value at the snapshot plus the snapshot's
 //   age when rendered plus the time since the fragment arrived, so a value that has not changed
 //   (an SRS entry nobody used, a partition still proving) never shows frozen; a push replaces
-//   the element, which re-bases it on the newer snapshot.
+//   the element, which re-bases it on the newer snapshot. A fragment that spent longer on its
+//   way than the quickest one seen (a busy controller or channel) adds that delay too: the
+//   quickest arrival gives the server clock's offset (plus the least delivery time) without
+//   assuming the two clocks agree.
 // - `.money[data-amount][data-per-hour]`: spend to date, growing with the running price.
 // - `#toasts`: notices pushed over the page's socket (an htmx out-of-band append).
 // - `.charts[data-window]`: uPlot charts drawn from the fragment's JSON series; the chosen
@@ -12,7 +15,15 @@
   "use strict";
   var TOAST_MS = 20000;
   var WINDOW_KEY = "vastmgr.chart-window";
+  var TRANSITS_KEPT = 50;  // the latest fragments' arrival - render times, seconds
   var charts = [];
+  var transits = [];
+
+  // Arrival minus render time of the quickest recent fragment: the server clock's offset plus
+  // the least time a fragment takes to arrive.
+  function quickestTransit() {
+    return transits.length ? Math.min.apply(null, transits) : 0;
+  }
 
   function fmtAge(seconds) {
     if (seconds < 90) return Math.round(seconds) + " s";
@@ -22,8 +33,18 @@
 
   function stamp(root) {
     var now = Date.now();
+    var transit = Infinity;
     root.querySelectorAll("[data-tick-base]:not([data-t0]), .money[data-amount]:not([data-t0])")
-      .forEach(function (el) { el.setAttribute("data-t0", String(now)); });
+      .forEach(function (el) {
+        el.setAttribute("data-t0", String(now));
+        if (el.hasAttribute("data-tick-rendered")) {
+          transit = Math.min(transit, now / 1000 - Number(el.getAttribute("data-tick-rendered")));
+        }
+      });
+    if (transit !== Infinity) {
+      transits.push(transit);
+      if (transits.length > TRANSITS_KEPT) transits.shift();
+    }
     root.querySelectorAll(".toast:not([data-t0])").forEach(function (el) {
       el.setAttribute("data-t0", String(now));
       setTimeout(function () { el.remove(); }, TOAST_MS);
@@ -32,9 +53,12 @@
 
   function tick() {
     var now = Date.now();
+    var quickest = quickestTransit();
     document.querySelectorAll("[data-tick-base][data-t0]").forEach(function (el) {
-      var elapsed = Number(el.getAttribute("data-tick-age")) +
-        (now - Number(el.getAttribute("data-t0"))) / 1000;
+      var arrived = Number(el.getAttribute("data-t0"));
+      var late = el.hasAttribute("data-tick-rendered") ? Math.max(0,
+        arrived / 1000 - Number(el.getAttribute("data-tick-rendered")) - quickest) : 0;
+      var elapsed = Number(el.getAttribute("data-tick-age")) + late + (now - arrived) / 1000;
       var base = Number(el.getAttribute("data-tick-base"));
       var value = el.hasAttribute("data-tick-down") ? Math.max(0, base - elapsed) : base + elapsed;
       var digits = Number(el.getAttribute("data-tick-digits"));

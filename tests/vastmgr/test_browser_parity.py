@@ -319,6 +319,7 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     # The socket's full state replaces the table body (and the detail row with it): the row is
     # open again at once, under its row, with its toggle still saying so.
     page.evaluate("""async () => {
+        window.__detailSocket = false;
         const html = await (await fetch("/fragments/fleet/")).text();
         const t = document.createElement("template"); t.innerHTML = html;
         for (const fresh of [...t.content.children]) {
@@ -330,6 +331,9 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     row = fleet_row(page, "local")
     assert row.locator(".row-toggle").get_attribute("aria-expanded") == "true"
     assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
+    # The re-fetched detail's panel connects (as a person sees it live before closing it; a
+    # socket closed while still connecting makes the browser log a failed connection).
+    page.wait_for_function("() => window.__detailSocket")
     # Pressed again: it closes, and its logs are read no more (one poll period and a half).
     row.locator(".row-toggle").focus()
     page.keyboard.press(" ")

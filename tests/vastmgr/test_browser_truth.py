@@ -160,9 +160,12 @@ def test_a_proof_cancelled_on_the_device_shows_every_partition_settled_as_the_en
                    check=True, capture_output=True)
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{stack}/")
-    name = page.locator(f"#fleet-table a.truncate[title='{LONG_NAME}']")
-    name.wait_for()
-    assert name.evaluate("el => el.scrollWidth > el.clientWidth")  # cut with an ellipsis
+    # Cut with an ellipsis: asked of the row in the page until it holds, since the controller
+    # pushes the page whole when it sees the new host and may replace the row under the read.
+    page.wait_for_function(
+        """name => [...document.querySelectorAll('#fleet-table a.truncate')].some(
+             el => el.title === name && el.scrollWidth > el.clientWidth)""",
+        arg=LONG_NAME, timeout=10_000)
     right = page.evaluate("""() => Math.max(...[...document.querySelectorAll('#fleet-table th')]
                                      .map(th => th.getBoundingClientRect().right))""")
     assert right <= 1440 and page.evaluate("document.documentElement.scrollWidth") <= 1440

@@ -162,7 +162,7 @@ def test_a_row_is_resent_when_a_shown_value_changed_or_its_refresh_is_due():
         return shown_values(
             f'<tr id="host-1-row" data-seq="{seq}" data-snapshot-at="{seq}.5">'
             f'<span class="tick" data-tick-base="{uptime:.3f}" data-tick-age="0.000" '
-            f'data-tick-digits="0">{uptime} s</span><small class="seen" data-ago="0">last '
+            f'data-tick-rendered="{now:.3f}" data-tick-digits="0">{uptime} s</span><small class="seen" data-ago="0">last '
             f'seen 0 s ago</small><span class="money" data-amount="{spent:.6f}" '
             f'data-per-hour="36.000000">${spent:.2f}</span><b>{busy}</b> busy</tr>', now)
 
@@ -186,7 +186,8 @@ def test_a_row_is_resent_when_a_shown_value_changed_or_its_refresh_is_due():
 
 FMT_AGE = [(90, lambda s: f"{round(s)} s"), (5400, lambda s: f"{round(s / 60)} min")]
 BROWSER_TICK = re.compile(r'<span class="tick" data-tick-base="([-\d.]+)" data-tick-age="([-\d.]+)" '
-                          r'data-tick-digits="(\d+)"( data-tick-down="1")?>[^<]*')
+                          r'data-tick-rendered="[\d.]+" data-tick-digits="(\d+)"'
+                          r'( data-tick-down="1")?>[^<]*')
 BROWSER_MONEY = re.compile(r'<span class="money" data-amount="([-\d.]+)" '
                            r'data-per-hour="([-\d.]+)">[^<]*')
 NOT_READ = re.compile(r' data-(?:seq|snapshot-at|ago)="[^"]*"|last seen \d+ s ago')

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import re
 
+# The render time a clock carries (for the browser's delay estimate) moves with every render.
 TICK = re.compile(r'<span class="tick" data-tick-base="([-\d.]+)" data-tick-age="([-\d.]+)" '
-                  r'data-tick-digits="(\d+)"( data-tick-down="1")?>[^<]*')
+                  r'data-tick-rendered="[\d.]+" data-tick-digits="(\d+)"( data-tick-down="1")?>'
+                  r'[^<]*')
 MONEY = re.compile(r'<span class="money" data-amount="([-\d.]+)" data-per-hour="([-\d.]+)">'
                    r'\$[\d.,]+')
 # Machine-readable values that move with every update, and the "last seen" count.
