@@ -185,3 +185,25 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
     assert circuit.evaluate("el => el.validity.patternMismatch")
     circuit.fill("winning-post.tiny")
     assert circuit.evaluate("el => el.checkValidity()")
+
+    # A clock whose fragment spent 3 s on its way (a busy controller) is not left 3 s behind:
+    # it runs from its render time, with the two clocks' offset taken from the quickest
+    # fragment, so it reads 3 s ahead of an identical clock that arrived at once.
+    fleet.evaluate("""() => {
+      const now = Date.now() / 1000;
+      for (const [id, transit] of [["quick-clock", 0.01], ["late-clock", 3.0]]) {
+        const el = document.createElement("span");
+        el.id = id; el.className = "tick"; el.textContent = "unticked";
+        el.setAttribute("data-tick-base", "10.000");
+        el.setAttribute("data-tick-age", "0.000");
+        el.setAttribute("data-tick-rendered", (now - transit).toFixed(3));
+        el.setAttribute("data-tick-digits", "1");
+        document.body.appendChild(el);
+      }
+    }""")
+    fleet.wait_for_function("() => !document.getElementById('late-clock').textContent"
+                            ".startsWith('unticked')", timeout=5_000)
+    quick, late = (float(fleet.locator(f"#{name}").text_content().split()[0])
+                   for name in ("quick-clock", "late-clock"))
+    assert 2.7 <= late - quick <= 3.1, (quick, late)
+    assert 10.0 <= quick <= 12.0, quick
