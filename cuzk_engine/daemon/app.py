@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
 from cuzk_engine.engine.orchestrator import Engine
+from cuzk_engine.engine.snapshot import StreamHeartbeat
 from cuzk_engine.errors import (
     BudgetExceeded,
     CuzkError,
@@ -39,6 +40,8 @@ log = logging.getLogger("cuzk_engine.daemon")
 ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
 MAX_WAIT_SECONDS = 300.0
+# Status stream heartbeats more often than this would cost more than they prove.
+MIN_HEARTBEAT = 0.05
 MAX_JSON_DEPTH = 8
 # Who this engine process is: whoever started it may choose the id (CUZK_INSTANCE_ID), so a
 # health check can tell the engine it just started from an old one still holding the port.
@@ -220,10 +223,22 @@ async def get_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def status_stream(request: web.Request) -> web.WebSocketResponse:
-    """First a full snapshot, then one per change, at most one per stream interval."""
+async def status_stream(request: web.Request) -> web.WebSocketResponse | web.Response:
+    """First a full snapshot, then one per change, at most one per stream interval. With
+    ``?heartbeat=S``, a heartbeat carrying the current seq after S seconds with nothing sent, so
+    a quiet stream proves the engine alive and unchanged without a GET /status."""
     engine = request.app[ENGINE_KEY]
     interval = engine.config.daemon.stream_interval
+    raw = request.query.get("heartbeat")
+    heartbeat = None
+    if raw is not None:
+        try:
+            heartbeat = float(raw)
+        except ValueError:
+            return error(400, f"heartbeat must be a number of seconds, got {raw!r}")
+        if not math.isfinite(heartbeat) or not MIN_HEARTBEAT <= heartbeat <= MAX_WAIT_SECONDS:
+            return error(400, f"heartbeat must be between {MIN_HEARTBEAT:g} and "
+                              f"{MAX_WAIT_SECONDS:g} seconds")
     ws = web.WebSocketResponse(heartbeat=30.0)
     await ws.prepare(request)
     loop = asyncio.get_running_loop()
@@ -245,19 +260,29 @@ async def status_stream(request: web.Request) -> web.WebSocketResponse:
     read_task = asyncio.create_task(reader())
     try:
         last_seq = -1
+        last_sent = time.monotonic()
         while not ws.closed and not read_task.done():
             snap = engine.snapshot()
             if snap.seq != last_seq:
                 last_seq = snap.seq
                 await ws.send_str(json.dumps(snap.to_json()))
-            sent_at = time.monotonic()
+                last_sent = time.monotonic()
+            checked_at = time.monotonic()
             wait_change = asyncio.create_task(changed.wait())
-            done, _ = await asyncio.wait({wait_change, read_task},
-                                         return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                quiet_for = (None if heartbeat is None
+                             else max(0.0, last_sent + heartbeat - time.monotonic()))
+                done, _ = await asyncio.wait({wait_change, read_task}, timeout=quiet_for,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                # A change whose listener call is still on its way is news, not a heartbeat.
+                if done or engine.tracker.seq != last_seq:
+                    break
+                await ws.send_str(json.dumps(StreamHeartbeat(last_seq).to_json()))
+                last_sent = time.monotonic()
             wait_change.cancel()
             if read_task in done:
                 break
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent_at)))
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - checked_at)))
             pending = False
             changed.clear()
     except (ConnectionResetError, asyncio.CancelledError):

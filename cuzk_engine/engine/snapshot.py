@@ -153,6 +153,29 @@ class BuffersSnapshot:
     aux_in_flight: int  # partitions being finalized
 
 
+@dataclass(frozen=True, slots=True)
+class StreamHeartbeat:
+    """What the status stream sends, to a client that asked for heartbeats, after that long
+    with nothing to send: the engine is alive and its seq is `seq` now. It carries no snapshot
+    key but `seq`, so a reader that does not know it cannot take it for a snapshot
+    (``EngineSnapshot.from_json`` refuses it)."""
+
+    seq: int
+
+    def to_json(self) -> dict:
+        return {"heartbeat": True, "seq": self.seq}
+
+    @classmethod
+    def from_json(cls, data: object) -> StreamHeartbeat | None:
+        """The heartbeat this message is, or None when it is not one (a snapshot)."""
+        if not isinstance(data, dict) or data.get("heartbeat") is not True:
+            return None
+        seq = data.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise SnapshotFormatError(f"heartbeat: seq must be an integer, got {seq!r}")
+        return cls(seq)
+
+
 @dataclass(slots=True)
 class EngineSnapshot:
     seq: int

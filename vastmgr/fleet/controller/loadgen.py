@@ -1,5 +1,6 @@
 """A load-generator status server for benchmarks: N simulated engines, one TCP port each,
-serving GET /status and the status stream with a new snapshot `rate` times per second.
+serving GET /status and the status stream with a new snapshot `rate` times per second (and,
+like the engine, a heartbeat with the seq on a stream quiet for the interval it asked).
 
 It proves nothing; it only emits engine-shaped snapshots with increasing `seq`, and records
 when each seq left, so a benchmark can measure how long it takes to reach a browser.
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
+import itertools
 import json
+import math
 import re
 import signal
 import socket
@@ -33,6 +37,7 @@ from cuzk_engine.engine.snapshot import (
     MemorySnapshot,
     PartitionSnapshot,
     PipelineSnapshot,
+    StreamHeartbeat,
     SynthesisSnapshot,
     WorkerSnapshot,
 )
@@ -99,6 +104,13 @@ class LoadGenerator:
         self._streams: list[set[web.WebSocketResponse]] = [set() for _ in range(hosts)]
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task | None = None
+        # Streams that asked for heartbeats: (host, interval, when the next is due), and the
+        # due times in a heap (with stale entries, skipped when they come up).
+        self._heartbeats: dict[web.WebSocketResponse, tuple[int, float, float]] = {}
+        self._due: list[tuple[float, int, web.WebSocketResponse]] = []
+        self._order = itertools.count()
+        self._beat_soon = asyncio.Event()
+        self._beater: asyncio.Task | None = None
 
     async def start(self) -> None:
         app = web.Application()
@@ -117,11 +129,13 @@ class LoadGenerator:
             self.ports.append(port)
             self._by_port[port] = host
         self._ticker = asyncio.create_task(self._tick())
+        self._beater = asyncio.create_task(self._beat())
 
     async def stop(self) -> None:
         self.closing = True
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for task in (self._ticker, self._beater):
+            if task is not None:
+                task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -152,18 +166,70 @@ class LoadGenerator:
         assert self.result is not None, "the proof routes are served only with a result"
         return web.json_response({**self.result, "job_id": job_id, "request_id": job_id})
 
-    async def _stream(self, request: web.Request) -> web.WebSocketResponse:
+    async def _stream(self, request: web.Request) -> web.WebSocketResponse | web.Response:
         host = self._host(request)
+        heartbeat = None
+        if "heartbeat" in request.query:  # as the engine does: a bad ask is refused, not guessed
+            try:
+                heartbeat = float(request.query["heartbeat"])
+            except ValueError:
+                heartbeat = math.nan
+            if not math.isfinite(heartbeat) or heartbeat <= 0:
+                return web.json_response({"error": "heartbeat must be positive seconds"},
+                                         status=400)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
         self._streams[host].add(ws)
+        if heartbeat is not None:
+            self._heartbeats[ws] = (host, heartbeat, 0.0)
+            self._sent(ws)
         try:
             async for _ in ws:  # engines ignore what clients send; this waits for the close
                 pass
         finally:
             self._streams[host].discard(ws)
+            self._heartbeats.pop(ws, None)
         return ws
+
+    async def _send_to(self, ws: web.WebSocketResponse, text: str) -> None:
+        await ws.send_str(text)
+        self._sent(ws)
+
+    def _sent(self, ws: web.WebSocketResponse) -> None:
+        """A stream with heartbeats gets its next one due that long after its last message."""
+        beating = self._heartbeats.get(ws)
+        if beating is not None:
+            host, heartbeat, _ = beating
+            due = time.monotonic() + heartbeat
+            self._heartbeats[ws] = (host, heartbeat, due)
+            heapq.heappush(self._due, (due, next(self._order), ws))
+            if self._due[0][0] == due:  # sooner than the heartbeat task sleeps for
+                self._beat_soon.set()
+
+    async def _beat(self) -> None:
+        """Sends each stream's heartbeats, as the engine does: its seq, once the stream has sent
+        nothing for the interval it asked. One task for all streams, sleeping until the first
+        one due; heap entries of streams that sent since are skipped."""
+        while not self.closing:
+            now = time.monotonic()
+            while self._due and self._due[0][0] <= now:
+                due, _, ws = heapq.heappop(self._due)
+                beating = self._heartbeats.get(ws)
+                if beating is None or beating[2] != due:
+                    continue  # closed, or sent something since this was due
+                host = beating[0]
+                try:
+                    await self._send_to(ws, json.dumps(StreamHeartbeat(self.seq[host]).to_json()))
+                except ConnectionResetError:
+                    self._streams[host].discard(ws)
+                    self._heartbeats.pop(ws, None)
+            self._beat_soon.clear()
+            wait = self._due[0][0] - time.monotonic() if self._due else None
+            try:
+                await asyncio.wait_for(self._beat_soon.wait(), wait)
+            except TimeoutError:
+                pass
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -196,9 +262,10 @@ class LoadGenerator:
         text = json.dumps(_snapshot(host, seq))
         for ws in list(self._streams[host]):
             try:
-                await ws.send_str(text)
+                await self._send_to(ws, text)
             except ConnectionResetError:
                 self._streams[host].discard(ws)
+                self._heartbeats.pop(ws, None)
 
 
 class RemoteLoadGenerator:
