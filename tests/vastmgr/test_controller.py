@@ -117,13 +117,15 @@ async def test_heartbeats_keep_a_quiet_engine_live_without_asking_for_its_status
 
 async def test_a_heartbeat_saying_a_seq_never_received_makes_the_controller_fetch_it(
         engine, serve):
+    async with EngineClient(engine.url) as client:
+        await client.preload("winning-post.tiny")
     proxy = CountingProxy(engine.url)
     controller, live = await watched_through(proxy, serve, FakeClock())
     try:
         seq = live.seq
         proxy.losing = True
         async with EngineClient(engine.url) as client:
-            await client.preload("winning-post.tiny")  # changes the stream reports
+            await client.evict("winning-post.tiny")  # one quick change: a heartbeat follows
         await wait_until(lambda: not proxy.losing)  # snapshots lost, and a heartbeat passed
         assert proxy.lost and not any(frame["seq"] != seq for frame in proxy.frames[:-1])
         assert proxy.frames[-1]["heartbeat"] and proxy.frames[-1]["seq"] != seq
