@@ -16,7 +16,7 @@ Snapshots come typed (`EngineSnapshot`); one that does not have the snapshot's s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Self
 
@@ -140,7 +140,7 @@ class EngineClient:
                     yield message
 
     async def stream_status(self, *, idle: float | None = None, heartbeat: float | None = None
-                            ) -> AsyncIterator[EngineSnapshot | StreamHeartbeat | None]:
+                            ) -> AsyncGenerator[EngineSnapshot | StreamHeartbeat | None]:
         """`stream_snapshots`, and with `heartbeat` the engine is asked to send a
         `StreamHeartbeat` (its seq now) after that many seconds with nothing sent. An engine
         that does not know heartbeats ignores the ask and stays silent, so the caller still
