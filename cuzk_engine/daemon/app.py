@@ -40,8 +40,6 @@ log = logging.getLogger("cuzk_engine.daemon")
 ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
 MAX_WAIT_SECONDS = 300.0
-# Status stream heartbeats more often than this would cost more than they prove.
-MIN_HEARTBEAT = 0.05
 MAX_JSON_DEPTH = 8
 # Who this engine process is: whoever started it may choose the id (CUZK_INSTANCE_ID), so a
 # health check can tell the engine it just started from an old one still holding the port.
@@ -233,12 +231,9 @@ async def status_stream(request: web.Request) -> web.WebSocketResponse | web.Res
     heartbeat = None
     if raw is not None:
         try:
-            heartbeat = float(raw)
-        except ValueError:
-            return error(400, f"heartbeat must be a number of seconds, got {raw!r}")
-        if not math.isfinite(heartbeat) or not MIN_HEARTBEAT <= heartbeat <= MAX_WAIT_SECONDS:
-            return error(400, f"heartbeat must be between {MIN_HEARTBEAT:g} and "
-                              f"{MAX_WAIT_SECONDS:g} seconds")
+            heartbeat = StreamHeartbeat.interval(raw)
+        except ValueError as exc:
+            return error(400, str(exc))
     ws = web.WebSocketResponse(heartbeat=30.0)
     await ws.prepare(request)
     loop = asyncio.get_running_loop()

@@ -9,10 +9,11 @@ the engine's own checks use it.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from cuzk_engine.errors import SnapshotFormatError
 from cuzk_engine.vocabulary import (
@@ -161,6 +162,22 @@ class StreamHeartbeat:
     (``EngineSnapshot.from_json`` refuses it)."""
 
     seq: int
+
+    # The intervals a stream may ask for: more often would cost more than it proves.
+    SHORTEST: ClassVar[float] = 0.05
+    LONGEST: ClassVar[float] = 300.0
+
+    @classmethod
+    def interval(cls, raw: str) -> float:
+        """The interval a stream asked for (``?heartbeat=S``); ValueError saying why not."""
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ValueError(f"heartbeat must be a number of seconds, got {raw!r}") from None
+        if not math.isfinite(seconds) or not cls.SHORTEST <= seconds <= cls.LONGEST:
+            raise ValueError(f"heartbeat must be between {cls.SHORTEST:g} and "
+                             f"{cls.LONGEST:g} seconds")
+        return seconds
 
     def to_json(self) -> dict:
         return {"heartbeat": True, "seq": self.seq}

@@ -19,7 +19,6 @@ import asyncio
 import heapq
 import itertools
 import json
-import math
 import re
 import signal
 import socket
@@ -171,12 +170,9 @@ class LoadGenerator:
         heartbeat = None
         if "heartbeat" in request.query:  # as the engine does: a bad ask is refused, not guessed
             try:
-                heartbeat = float(request.query["heartbeat"])
-            except ValueError:
-                heartbeat = math.nan
-            if not math.isfinite(heartbeat) or heartbeat <= 0:
-                return web.json_response({"error": "heartbeat must be positive seconds"},
-                                         status=400)
+                heartbeat = StreamHeartbeat.interval(request.query["heartbeat"])
+            except ValueError as exc:
+                return web.json_response({"error": str(exc)}, status=400)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
