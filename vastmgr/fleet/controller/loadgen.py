@@ -96,6 +96,10 @@ class LoadGenerator:
         self.seq = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
         self.ports: list[int] = []
+        # What the controllers asked of the engines and got, over the whole run: GET /status
+        # (polls, and checks of quiet streams) and heartbeats on quiet streams.
+        self.status_requests = 0
+        self.heartbeats_sent = 0
         self.running = True
         self.closing = False
         self._between_slots = asyncio.Event()
@@ -145,6 +149,7 @@ class LoadGenerator:
 
     async def _status(self, request: web.Request) -> web.Response:
         host = self._host(request)
+        self.status_requests += 1
         return web.json_response(_snapshot(host, self.seq[host]))
 
     def streams(self, host: int) -> int:
@@ -217,6 +222,7 @@ class LoadGenerator:
                 host = beating[0]
                 try:
                     await self._send_to(ws, json.dumps(StreamHeartbeat(self.seq[host]).to_json()))
+                    self.heartbeats_sent += 1
                 except ConnectionResetError:
                     self._streams[host].discard(ws)
                     self._heartbeats.pop(ws, None)
@@ -267,7 +273,8 @@ class LoadGenerator:
 class RemoteLoadGenerator:
     """A LoadGenerator in a child process (`main`), driven through signals and its stdout:
     it prints its ports, sends on SIGUSR1, pauses on SIGUSR2 and then prints what it sent
-    since the last report (seq per host, send times), and exits on SIGTERM."""
+    since the last report (seq per host, send times) and its request and heartbeat counts so
+    far, and exits on SIGTERM."""
 
     def __init__(self, hosts: int, rate: float):
         self.hosts = hosts
@@ -276,6 +283,8 @@ class RemoteLoadGenerator:
         self.ports: list[int] = []
         self.seq: list[int] = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
+        self.status_requests = 0
+        self.heartbeats_sent = 0
 
     async def start(self, env: dict | None = None) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -291,6 +300,8 @@ class RemoteLoadGenerator:
         self._started().send_signal(signal.SIGUSR2)
         report = json.loads(await self._read_line())
         self.seq = report["seq"]
+        self.status_requests = report["status_requests"]
+        self.heartbeats_sent = report["heartbeats_sent"]
         for host, sent in zip(self.sent_at, report["sent_at"]):
             host.update((int(seq), at) for seq, at in sent.items())
 
@@ -323,7 +334,9 @@ async def _serve(hosts: int, rate: float) -> None:
 
     async def report() -> None:
         await loadgen.pause()
-        print(json.dumps({"seq": loadgen.seq, "sent_at": loadgen.sent_at}), flush=True)
+        print(json.dumps({"seq": loadgen.seq, "sent_at": loadgen.sent_at,
+                          "status_requests": loadgen.status_requests,
+                          "heartbeats_sent": loadgen.heartbeats_sent}), flush=True)
         for sent in loadgen.sent_at:  # each report carries the sends since the last one
             sent.clear()
 
