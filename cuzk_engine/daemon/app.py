@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any, NoReturn
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -39,6 +39,7 @@ log = logging.getLogger("cuzk_engine.daemon")
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
+STREAMS_KEY = web.AppKey("streams", set[web.WebSocketResponse])
 MAX_WAIT_SECONDS = 300.0
 MAX_JSON_DEPTH = 8
 # Who this engine process is: whoever started it may choose the id (CUZK_INSTANCE_ID), so a
@@ -236,6 +237,8 @@ async def status_stream(request: web.Request) -> web.WebSocketResponse | web.Res
             return error(400, str(exc))
     ws = web.WebSocketResponse(heartbeat=30.0)
     await ws.prepare(request)
+    streams = request.app[STREAMS_KEY]
+    streams.add(ws)
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
     pending = False
@@ -283,10 +286,20 @@ async def status_stream(request: web.Request) -> web.WebSocketResponse | web.Res
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
+        streams.discard(ws)
         engine.tracker.remove_listener(poke)
         read_task.cancel()
         await ws.close()
     return ws
+
+
+async def close_streams(app: web.Application) -> None:
+    """Ends every status stream when the API shuts down: a client that never asks anything
+    else (one taking heartbeats as proof of life) would otherwise hold the shutdown until the
+    websocket ping times out, and go on believing the engine alive meanwhile."""
+    open_streams: set[web.WebSocketResponse] = app[STREAMS_KEY]
+    for ws in list(open_streams):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"engine stopping")
 
 
 
@@ -298,6 +311,8 @@ def build_app(engine: Engine) -> web.Application:
     )
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = EngineMetrics(engine)
+    app[STREAMS_KEY] = set()
+    app.on_shutdown.append(close_streams)
     app.router.add_get("/status", get_status)
     app.router.add_get("/v1/status", get_status)
     app.router.add_get("/v1/status/stream", status_stream)

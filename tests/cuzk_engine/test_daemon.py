@@ -13,7 +13,12 @@ from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon import EngineDaemon
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
-from cuzk_engine.errors import ConfigError, EngineAPIError, SnapshotFormatError
+from cuzk_engine.errors import (
+    ConfigError,
+    EngineAPIError,
+    EngineUnreachable,
+    SnapshotFormatError,
+)
 
 
 def config(tmp_path, **daemon):
@@ -222,6 +227,21 @@ async def test_a_change_is_sent_as_a_snapshot_before_any_heartbeat_with_its_seq(
         else:  # a heartbeat only ever says the seq of the last snapshot sent
             assert message.seq == snapshot_seq
     assert snapshot_seq == daemon.engine.tracker.seq
+
+
+async def test_stopping_the_engine_ends_its_status_streams_at_once(tmp_path):
+    """A client living on heartbeats asks nothing else: the stop must close its stream, not
+    leave it (and the stop) waiting for the websocket ping to time out."""
+    d = EngineDaemon(config(tmp_path))
+    await d.start()
+    async with EngineClient(d.url) as c:
+        stream = c.stream_status(heartbeat=0.1)
+        assert isinstance(await anext(stream), EngineSnapshot)
+        async with asyncio.timeout(10):
+            await d.stop()
+            with pytest.raises(EngineUnreachable, match="closed"):
+                while True:
+                    await anext(stream)
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf", "1e9"])
