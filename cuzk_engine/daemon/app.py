@@ -18,12 +18,13 @@ import time
 import uuid
 from typing import Any, NoReturn
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cuzk_engine.daemon.metrics import EngineMetrics
 from cuzk_engine.engine.orchestrator import Engine
+from cuzk_engine.engine.snapshot import StreamHeartbeat
 from cuzk_engine.errors import (
     BudgetExceeded,
     CuzkError,
@@ -38,6 +39,7 @@ log = logging.getLogger("cuzk_engine.daemon")
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 METRICS_KEY = web.AppKey("metrics", EngineMetrics)
+STREAMS_KEY = web.AppKey("streams", set[web.WebSocketResponse])
 MAX_WAIT_SECONDS = 300.0
 MAX_JSON_DEPTH = 8
 # Who this engine process is: whoever started it may choose the id (CUZK_INSTANCE_ID), so a
@@ -220,12 +222,23 @@ async def get_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def status_stream(request: web.Request) -> web.WebSocketResponse:
-    """First a full snapshot, then one per change, at most one per stream interval."""
+async def status_stream(request: web.Request) -> web.WebSocketResponse | web.Response:
+    """First a full snapshot, then one per change, at most one per stream interval. With
+    ``?heartbeat=S``, a heartbeat carrying the current seq after S seconds with nothing sent, so
+    a quiet stream proves the engine alive and unchanged without a GET /status."""
     engine = request.app[ENGINE_KEY]
     interval = engine.config.daemon.stream_interval
+    raw = request.query.get("heartbeat")
+    heartbeat = None
+    if raw is not None:
+        try:
+            heartbeat = StreamHeartbeat.interval(raw)
+        except ValueError as exc:
+            return error(400, str(exc))
     ws = web.WebSocketResponse(heartbeat=30.0)
     await ws.prepare(request)
+    streams = request.app[STREAMS_KEY]
+    streams.add(ws)
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
     pending = False
@@ -245,28 +258,48 @@ async def status_stream(request: web.Request) -> web.WebSocketResponse:
     read_task = asyncio.create_task(reader())
     try:
         last_seq = -1
+        last_sent = time.monotonic()
         while not ws.closed and not read_task.done():
             snap = engine.snapshot()
             if snap.seq != last_seq:
                 last_seq = snap.seq
                 await ws.send_str(json.dumps(snap.to_json()))
-            sent_at = time.monotonic()
+                last_sent = time.monotonic()
+            checked_at = time.monotonic()
             wait_change = asyncio.create_task(changed.wait())
-            done, _ = await asyncio.wait({wait_change, read_task},
-                                         return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                quiet_for = (None if heartbeat is None
+                             else max(0.0, last_sent + heartbeat - time.monotonic()))
+                done, _ = await asyncio.wait({wait_change, read_task}, timeout=quiet_for,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                # A change whose listener call is still on its way is news, not a heartbeat.
+                if done or engine.tracker.seq != last_seq:
+                    break
+                await ws.send_str(json.dumps(StreamHeartbeat(last_seq).to_json()))
+                last_sent = time.monotonic()
             wait_change.cancel()
             if read_task in done:
                 break
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - sent_at)))
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - checked_at)))
             pending = False
             changed.clear()
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
+        streams.discard(ws)
         engine.tracker.remove_listener(poke)
         read_task.cancel()
         await ws.close()
     return ws
+
+
+async def close_streams(app: web.Application) -> None:
+    """Ends every status stream when the API shuts down: a client that never asks anything
+    else (one taking heartbeats as proof of life) would otherwise hold the shutdown until the
+    websocket ping times out, and go on believing the engine alive meanwhile."""
+    open_streams: set[web.WebSocketResponse] = app[STREAMS_KEY]
+    for ws in list(open_streams):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"engine stopping")
 
 
 
@@ -278,6 +311,8 @@ def build_app(engine: Engine) -> web.Application:
     )
     app[ENGINE_KEY] = engine
     app[METRICS_KEY] = EngineMetrics(engine)
+    app[STREAMS_KEY] = set()
+    app.on_shutdown.append(close_streams)
     app.router.add_get("/status", get_status)
     app.router.add_get("/v1/status", get_status)
     app.router.add_get("/v1/status/stream", status_stream)

@@ -16,12 +16,13 @@ Snapshots come typed (`EngineSnapshot`); one that does not have the snapshot's s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any, Self
 
 import aiohttp
 
-from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 
 # Statuses that say "not now" rather than "never": retried like a lost connection.
@@ -133,9 +134,21 @@ class EngineClient:
         `snapshot()` whether the engine is alive). A connection that dies is found by the
         websocket heartbeat; it, and any close of the stream, raise EngineUnreachable.
         """
+        async with aclosing(self.stream_status(idle=idle)) as messages:
+            async for message in messages:
+                if not isinstance(message, StreamHeartbeat):  # not asked for: nothing to say
+                    yield message
+
+    async def stream_status(self, *, idle: float | None = None, heartbeat: float | None = None
+                            ) -> AsyncGenerator[EngineSnapshot | StreamHeartbeat | None]:
+        """`stream_snapshots`, and with `heartbeat` the engine is asked to send a
+        `StreamHeartbeat` (its seq now) after that many seconds with nothing sent. An engine
+        that does not know heartbeats ignores the ask and stays silent, so the caller still
+        needs `idle` (set it above `heartbeat`) to tell silence from a heartbeat."""
         url = self.base_url + "/v1/status/stream"
+        params = {} if heartbeat is None else {"heartbeat": f"{heartbeat:g}"}
         try:
-            async with self._session.ws_connect(url, headers=self._headers,
+            async with self._session.ws_connect(url, headers=self._headers, params=params,
                                                 heartbeat=self.heartbeat,
                                                 timeout=aiohttp.ClientWSTimeout(ws_close=5.0)
                                                 ) as ws:
@@ -146,7 +159,8 @@ class EngineClient:
                         yield None
                         continue
                     if message.type == aiohttp.WSMsgType.TEXT:
-                        yield EngineSnapshot.from_json(json.loads(message.data))
+                        data = json.loads(message.data)
+                        yield StreamHeartbeat.from_json(data) or EngineSnapshot.from_json(data)
                     elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                           aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         raise EngineUnreachable(f"status stream closed ({message.type.name})")

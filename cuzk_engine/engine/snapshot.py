@@ -9,10 +9,11 @@ the engine's own checks use it.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from cuzk_engine.errors import SnapshotFormatError
 from cuzk_engine.vocabulary import (
@@ -151,6 +152,45 @@ class BuffersSnapshot:
     pending_handles: int  # synthesized partitions waiting for a worker
     provers_in_flight: int  # partitions on a device
     aux_in_flight: int  # partitions being finalized
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHeartbeat:
+    """What the status stream sends, to a client that asked for heartbeats, after that long
+    with nothing to send: the engine is alive and its seq is `seq` now. It carries no snapshot
+    key but `seq`, so a reader that does not know it cannot take it for a snapshot
+    (``EngineSnapshot.from_json`` refuses it)."""
+
+    seq: int
+
+    # The intervals a stream may ask for: more often would cost more than it proves.
+    SHORTEST: ClassVar[float] = 0.05
+    LONGEST: ClassVar[float] = 300.0
+
+    @classmethod
+    def interval(cls, raw: str) -> float:
+        """The interval a stream asked for (``?heartbeat=S``); ValueError saying why not."""
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ValueError(f"heartbeat must be a number of seconds, got {raw!r}") from None
+        if not math.isfinite(seconds) or not cls.SHORTEST <= seconds <= cls.LONGEST:
+            raise ValueError(f"heartbeat must be between {cls.SHORTEST:g} and "
+                             f"{cls.LONGEST:g} seconds")
+        return seconds
+
+    def to_json(self) -> dict:
+        return {"heartbeat": True, "seq": self.seq}
+
+    @classmethod
+    def from_json(cls, data: object) -> StreamHeartbeat | None:
+        """The heartbeat this message is, or None when it is not one (a snapshot)."""
+        if not isinstance(data, dict) or data.get("heartbeat") is not True:
+            return None
+        seq = data.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise SnapshotFormatError(f"heartbeat: seq must be an integer, got {seq!r}")
+        return cls(seq)
 
 
 @dataclass(slots=True)

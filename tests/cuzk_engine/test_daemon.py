@@ -3,6 +3,7 @@ metrics and the status stream. Runs the real prover stages; no proof is needed h
 the stream test, which proves one tiny winning-post."""
 
 import asyncio
+import itertools
 import os
 
 import aiohttp
@@ -11,7 +12,13 @@ import pytest
 from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon import EngineDaemon
 from cuzk_engine.daemon.client import EngineClient
-from cuzk_engine.errors import ConfigError, EngineAPIError
+from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
+from cuzk_engine.errors import (
+    ConfigError,
+    EngineAPIError,
+    EngineUnreachable,
+    SnapshotFormatError,
+)
 
 
 def config(tmp_path, **daemon):
@@ -162,6 +169,85 @@ async def test_token_required_off_loopback_and_enforced(tmp_path):
             assert e.value.status == 401
     finally:
         await d.stop(fast=True)
+
+
+async def stream_frames(d, query, seconds):
+    """Every text frame the status stream sends in `seconds`, with when it arrived."""
+    loop = asyncio.get_running_loop()
+    frames = []
+    async with aiohttp.ClientSession() as s, s.ws_connect(d.url + "/v1/status/stream" + query
+                                                          ) as ws:
+        end = loop.time() + seconds
+        while (left := end - loop.time()) > 0:
+            try:
+                message = await ws.receive(timeout=left)
+            except TimeoutError:
+                break
+            assert message.type == aiohttp.WSMsgType.TEXT, message
+            frames.append((loop.time(), message.json()))
+    return frames
+
+
+async def test_a_quiet_stream_sends_heartbeats_with_the_seq_only_when_asked(daemon):
+    frames = await stream_frames(daemon, "?heartbeat=0.2", 1.1)
+    (_, first), beats = frames[0], frames[1:]
+    seq = daemon.engine.tracker.seq
+    assert first["seq"] == seq and "pipelines" in first
+    assert 3 <= len(beats) <= 6, beats
+    assert all(beat == {"heartbeat": True, "seq": seq} for _, beat in beats)
+    times = [at for at, _ in frames]
+    assert all(later - earlier >= 0.15 for earlier, later in itertools.pairwise(times)), times
+    # Without the ask, a quiet stream stays silent after its snapshot.
+    assert [frame["seq"] for _, frame in await stream_frames(daemon, "", 0.6)] == [seq]
+    # A heartbeat cannot pass for a snapshot with a reader that does not know it.
+    with pytest.raises(SnapshotFormatError):
+        EngineSnapshot.from_json(beats[0][1])
+
+
+async def test_a_change_is_sent_as_a_snapshot_before_any_heartbeat_with_its_seq(daemon):
+    async with EngineClient(daemon.url) as c:
+        stream = c.stream_status(heartbeat=0.1)
+        first = await anext(stream)
+        assert isinstance(first, EngineSnapshot)
+        await c.preload("winning-post.tiny")  # changes the engine's state, more than once
+        final = daemon.engine.tracker.seq  # quiet from here on
+        messages: list = []
+        async with asyncio.timeout(30):
+            async for message in stream:
+                messages.append(message)
+                if isinstance(message, StreamHeartbeat) and message.seq == final:
+                    break
+        await stream.aclose()
+    assert final > first.seq and any(isinstance(m, EngineSnapshot) for m in messages)
+    snapshot_seq = first.seq
+    for message in messages:
+        if isinstance(message, EngineSnapshot):
+            assert message.seq > snapshot_seq
+            snapshot_seq = message.seq
+        else:  # a heartbeat only ever says the seq of the last snapshot sent
+            assert message.seq == snapshot_seq
+    assert snapshot_seq == daemon.engine.tracker.seq
+
+
+async def test_stopping_the_engine_ends_its_status_streams_at_once(tmp_path):
+    """A client living on heartbeats asks nothing else: the stop must close its stream, not
+    leave it (and the stop) waiting for the websocket ping to time out."""
+    d = EngineDaemon(config(tmp_path))
+    await d.start()
+    async with EngineClient(d.url) as c:
+        stream = c.stream_status(heartbeat=0.1)
+        assert isinstance(await anext(stream), EngineSnapshot)
+        async with asyncio.timeout(10):
+            await d.stop()
+            with pytest.raises(EngineUnreachable, match="closed"):
+                while True:
+                    await anext(stream)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf", "1e9"])
+async def test_a_bad_heartbeat_ask_gets_400(daemon, value):
+    status, data = await raw(daemon, "GET", f"/v1/status/stream?heartbeat={value}")
+    assert status == 400 and "heartbeat" in data["error"]
 
 
 async def test_stream_sends_full_snapshot_first_then_changes(daemon):

@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
+from cuzk_engine.daemon.client import EngineClient
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
@@ -45,6 +46,107 @@ async def serve():
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+class CountingProxy:
+    """Stands between the controller and a real engine, counting GET /status and passing the
+    status stream through: as is, or as an engine that does not know heartbeats (the ask is
+    dropped), or losing snapshots until the next heartbeat (which then says a seq the
+    controller never got)."""
+
+    def __init__(self, engine_url: str, *, heartbeats: bool = True):
+        self.engine_url = engine_url
+        self.heartbeats = heartbeats
+        self.status_requests = 0
+        self.asked: list[str | None] = []  # the heartbeat each stream asked for
+        self.losing = False  # dropping snapshots, until a heartbeat passes after one was dropped
+        self.lost = 0
+        self.frames: list[dict] = []  # every frame the controller got, in order
+
+    async def status(self, request):
+        self.status_requests += 1
+        async with aiohttp.ClientSession() as s, s.get(self.engine_url + "/status") as r:
+            return web.Response(text=await r.text(), content_type="application/json")
+
+    async def stream(self, request):
+        self.asked.append(request.query.get("heartbeat"))
+        params = dict(request.query) if self.heartbeats else {}
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async with aiohttp.ClientSession() as s, s.ws_connect(
+                self.engine_url + "/v1/status/stream", params=params) as upstream:
+            async for message in upstream:
+                frame = message.json()
+                if self.losing and "heartbeat" not in frame:
+                    self.lost += 1
+                    continue
+                if self.losing and self.lost:
+                    self.losing = False
+                self.frames.append(frame)
+                await ws.send_str(message.data)
+        return ws
+
+
+async def watched_through(proxy, serve, clock):
+    """A controller watching the engine behind `proxy`, once its first snapshot is in."""
+    port = await serve(status=proxy.status, stream=proxy.stream)
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="proxied", provider="local", host="127.0.0.1", engine_port=port)
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
+    controller.session = aiohttp.ClientSession()
+    await controller.sync_machines()
+    await wait_until(lambda: controller.hosts[machine.pk].live.connected)
+    return controller, controller.hosts[machine.pk].live
+
+
+async def test_heartbeats_keep_a_quiet_engine_live_without_asking_for_its_status(engine, serve):
+    proxy = CountingProxy(engine.url)
+    clock = FakeClock()
+    controller, live = await watched_through(proxy, serve, clock)
+    try:
+        seq = live.seq
+        for _ in range(4):  # past the 3 intervals after which a silent host is stale
+            clock.advance(1.0)
+            await wait_until(lambda: live.last_seen == clock.now)
+        assert live.connected and live.seq == seq == engine.status()["seq"]
+        assert proxy.asked == ["0.5"] and proxy.status_requests == 0
+        assert sum("heartbeat" in frame for frame in proxy.frames) >= 4
+    finally:
+        await controller.shutdown()
+
+
+async def test_a_heartbeat_saying_a_seq_never_received_makes_the_controller_fetch_it(
+        engine, serve):
+    async with EngineClient(engine.url) as client:
+        await client.preload("winning-post.tiny")
+    proxy = CountingProxy(engine.url)
+    controller, live = await watched_through(proxy, serve, FakeClock())
+    try:
+        seq = live.seq
+        proxy.losing = True
+        async with EngineClient(engine.url) as client:
+            await client.evict("winning-post.tiny")  # one quick change: a heartbeat follows
+        await wait_until(lambda: not proxy.losing)  # snapshots lost, and a heartbeat passed
+        assert proxy.lost and not any(frame["seq"] != seq for frame in proxy.frames[:-1])
+        assert proxy.frames[-1]["heartbeat"] and proxy.frames[-1]["seq"] != seq
+        await wait_until(lambda: live.seq == engine.status()["seq"] != seq)
+        assert proxy.status_requests >= 1
+    finally:
+        await controller.shutdown()
+
+
+async def test_an_engine_without_heartbeats_is_still_checked_with_its_status(engine, serve):
+    proxy = CountingProxy(engine.url, heartbeats=False)
+    clock = FakeClock()
+    controller, live = await watched_through(proxy, serve, clock)
+    try:
+        for _ in range(3):
+            clock.advance(1.0)
+            await wait_until(lambda: live.last_seen == clock.now)
+        assert live.connected and proxy.status_requests >= 3
+        assert not any("heartbeat" in frame for frame in proxy.frames)
+    finally:
+        await controller.shutdown()
 
 
 async def watched_fleet_page(controller, cookie) -> WebsocketCommunicator:

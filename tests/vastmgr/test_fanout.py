@@ -13,6 +13,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet import fragments
@@ -272,3 +274,39 @@ def test_the_row_diff_never_holds_back_a_value_the_row_shows():
     assert "nothing read" not in sent[1:]  # and the rest were sent because something changed
     assert sent[1:] == [what for what, *_ in steps[1:] if what != "nothing read"]
 
+
+
+async def test_the_load_generator_sends_heartbeats_as_the_engine_does():
+    """Its engines stand in for real ones: a stream that asks gets heartbeats with the seq of
+    the last snapshot sent, once it has been quiet that long; one that does not gets none."""
+    loadgen = LoadGenerator(1, 5.0)
+    loadgen.running = False
+    await loadgen.start()
+    client = EngineClient(f"http://127.0.0.1:{loadgen.ports[0]}")
+    try:
+        async with asyncio.timeout(30):
+            stream = client.stream_status(heartbeat=0.1)
+            messages = [await anext(stream) for _ in range(3)]  # quiet: a snapshot, 2 beats
+            loadgen.running = True  # a snapshot each 0.2 s: a beat between each two
+            while not (isinstance(messages[-1], EngineSnapshot) and messages[-1].seq >= 3):
+                messages.append(await anext(stream))
+            await loadgen.pause()
+            while not (isinstance(messages[-1], StreamHeartbeat)
+                       and messages[-1].seq == loadgen.seq[0]):
+                messages.append(await anext(stream))
+            await stream.aclose()
+            unasked = client.stream_status(idle=0.5)
+            first, then = await anext(unasked), await anext(unasked)
+            assert isinstance(first, EngineSnapshot) and then is None  # silent while quiet
+            await unasked.aclose()
+    finally:
+        await client.close()
+        await loadgen.stop()
+    assert [type(m) for m in messages[:3]] == [EngineSnapshot, StreamHeartbeat, StreamHeartbeat]
+    last_snapshot = None
+    for message in messages:
+        if isinstance(message, EngineSnapshot):
+            last_snapshot = message.seq
+        else:
+            assert message.seq == last_snapshot
+    assert sum(isinstance(m, StreamHeartbeat) for m in messages) > 3

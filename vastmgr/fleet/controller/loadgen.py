@@ -1,5 +1,6 @@
 """A load-generator status server for benchmarks: N simulated engines, one TCP port each,
-serving GET /status and the status stream with a new snapshot `rate` times per second.
+serving GET /status and the status stream with a new snapshot `rate` times per second (and,
+like the engine, a heartbeat with the seq on a stream quiet for the interval it asked).
 
 It proves nothing; it only emits engine-shaped snapshots with increasing `seq`, and records
 when each seq left, so a benchmark can measure how long it takes to reach a browser.
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
+import itertools
 import json
 import re
 import signal
@@ -33,6 +36,7 @@ from cuzk_engine.engine.snapshot import (
     MemorySnapshot,
     PartitionSnapshot,
     PipelineSnapshot,
+    StreamHeartbeat,
     SynthesisSnapshot,
     WorkerSnapshot,
 )
@@ -92,6 +96,10 @@ class LoadGenerator:
         self.seq = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
         self.ports: list[int] = []
+        # What the controllers asked of the engines and got, over the whole run: GET /status
+        # (polls, and checks of quiet streams) and heartbeats on quiet streams.
+        self.status_requests = 0
+        self.heartbeats_sent = 0
         self.running = True
         self.closing = False
         self._between_slots = asyncio.Event()
@@ -99,6 +107,13 @@ class LoadGenerator:
         self._streams: list[set[web.WebSocketResponse]] = [set() for _ in range(hosts)]
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task | None = None
+        # Streams that asked for heartbeats: (host, interval, when the next is due), and the
+        # due times in a heap (with stale entries, skipped when they come up).
+        self._heartbeats: dict[web.WebSocketResponse, tuple[int, float, float]] = {}
+        self._due: list[tuple[float, int, web.WebSocketResponse]] = []
+        self._order = itertools.count()
+        self._beat_soon = asyncio.Event()
+        self._beater: asyncio.Task | None = None
 
     async def start(self) -> None:
         app = web.Application()
@@ -117,11 +132,13 @@ class LoadGenerator:
             self.ports.append(port)
             self._by_port[port] = host
         self._ticker = asyncio.create_task(self._tick())
+        self._beater = asyncio.create_task(self._beat())
 
     async def stop(self) -> None:
         self.closing = True
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for task in (self._ticker, self._beater):
+            if task is not None:
+                task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -132,6 +149,7 @@ class LoadGenerator:
 
     async def _status(self, request: web.Request) -> web.Response:
         host = self._host(request)
+        self.status_requests += 1
         return web.json_response(_snapshot(host, self.seq[host]))
 
     def streams(self, host: int) -> int:
@@ -152,18 +170,68 @@ class LoadGenerator:
         assert self.result is not None, "the proof routes are served only with a result"
         return web.json_response({**self.result, "job_id": job_id, "request_id": job_id})
 
-    async def _stream(self, request: web.Request) -> web.WebSocketResponse:
+    async def _stream(self, request: web.Request) -> web.WebSocketResponse | web.Response:
         host = self._host(request)
+        heartbeat = None
+        if "heartbeat" in request.query:  # as the engine does: a bad ask is refused, not guessed
+            try:
+                heartbeat = StreamHeartbeat.interval(request.query["heartbeat"])
+            except ValueError as exc:
+                return web.json_response({"error": str(exc)}, status=400)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.send_str(json.dumps(_snapshot(host, self.seq[host])))
         self._streams[host].add(ws)
+        if heartbeat is not None:
+            self._heartbeats[ws] = (host, heartbeat, 0.0)
+            self._sent(ws)
         try:
             async for _ in ws:  # engines ignore what clients send; this waits for the close
                 pass
         finally:
             self._streams[host].discard(ws)
+            self._heartbeats.pop(ws, None)
         return ws
+
+    async def _send_to(self, ws: web.WebSocketResponse, text: str) -> None:
+        await ws.send_str(text)
+        self._sent(ws)
+
+    def _sent(self, ws: web.WebSocketResponse) -> None:
+        """A stream with heartbeats gets its next one due that long after its last message."""
+        beating = self._heartbeats.get(ws)
+        if beating is not None:
+            host, heartbeat, _ = beating
+            due = time.monotonic() + heartbeat
+            self._heartbeats[ws] = (host, heartbeat, due)
+            heapq.heappush(self._due, (due, next(self._order), ws))
+            if self._due[0][0] == due:  # sooner than the heartbeat task sleeps for
+                self._beat_soon.set()
+
+    async def _beat(self) -> None:
+        """Sends each stream's heartbeats, as the engine does: its seq, once the stream has sent
+        nothing for the interval it asked. One task for all streams, sleeping until the first
+        one due; heap entries of streams that sent since are skipped."""
+        while not self.closing:
+            now = time.monotonic()
+            while self._due and self._due[0][0] <= now:
+                due, _, ws = heapq.heappop(self._due)
+                beating = self._heartbeats.get(ws)
+                if beating is None or beating[2] != due:
+                    continue  # closed, or sent something since this was due
+                host = beating[0]
+                try:
+                    await self._send_to(ws, json.dumps(StreamHeartbeat(self.seq[host]).to_json()))
+                    self.heartbeats_sent += 1
+                except ConnectionResetError:
+                    self._streams[host].discard(ws)
+                    self._heartbeats.pop(ws, None)
+            self._beat_soon.clear()
+            wait = self._due[0][0] - time.monotonic() if self._due else None
+            try:
+                await asyncio.wait_for(self._beat_soon.wait(), wait)
+            except TimeoutError:
+                pass
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -196,15 +264,17 @@ class LoadGenerator:
         text = json.dumps(_snapshot(host, seq))
         for ws in list(self._streams[host]):
             try:
-                await ws.send_str(text)
+                await self._send_to(ws, text)
             except ConnectionResetError:
                 self._streams[host].discard(ws)
+                self._heartbeats.pop(ws, None)
 
 
 class RemoteLoadGenerator:
     """A LoadGenerator in a child process (`main`), driven through signals and its stdout:
     it prints its ports, sends on SIGUSR1, pauses on SIGUSR2 and then prints what it sent
-    since the last report (seq per host, send times), and exits on SIGTERM."""
+    since the last report (seq per host, send times) and its request and heartbeat counts so
+    far, and exits on SIGTERM."""
 
     def __init__(self, hosts: int, rate: float):
         self.hosts = hosts
@@ -213,6 +283,8 @@ class RemoteLoadGenerator:
         self.ports: list[int] = []
         self.seq: list[int] = [0] * hosts
         self.sent_at: list[dict[int, float]] = [{} for _ in range(hosts)]
+        self.status_requests = 0
+        self.heartbeats_sent = 0
 
     async def start(self, env: dict | None = None) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -228,6 +300,8 @@ class RemoteLoadGenerator:
         self._started().send_signal(signal.SIGUSR2)
         report = json.loads(await self._read_line())
         self.seq = report["seq"]
+        self.status_requests = report["status_requests"]
+        self.heartbeats_sent = report["heartbeats_sent"]
         for host, sent in zip(self.sent_at, report["sent_at"]):
             host.update((int(seq), at) for seq, at in sent.items())
 
@@ -260,7 +334,9 @@ async def _serve(hosts: int, rate: float) -> None:
 
     async def report() -> None:
         await loadgen.pause()
-        print(json.dumps({"seq": loadgen.seq, "sent_at": loadgen.sent_at}), flush=True)
+        print(json.dumps({"seq": loadgen.seq, "sent_at": loadgen.sent_at,
+                          "status_requests": loadgen.status_requests,
+                          "heartbeats_sent": loadgen.heartbeats_sent}), flush=True)
         for sent in loadgen.sent_at:  # each report carries the sends since the last one
             sent.clear()
 

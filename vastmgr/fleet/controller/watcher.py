@@ -14,7 +14,7 @@ from typing import Self, cast
 import aiohttp
 
 from cuzk_engine.daemon.client import EngineClient
-from cuzk_engine.engine.snapshot import EngineSnapshot
+from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from cuzk_engine.errors import EngineError, SnapshotFormatError
 from vastmgr.errors import TransportError
 from vastmgr.fleet.faults import FaultRecorder
@@ -35,6 +35,9 @@ MAX_BACKOFF = 2.0
 # machine) answering late is no reason to drop a working stream; staleness is judged from
 # last_seen, not from this.
 REQUEST_INTERVALS = 2.0
+# Heartbeats are asked for at this share of the quiet time after which a stream is checked with
+# GET /status, so one sent on time arrives well before the check even on a late event loop.
+HEARTBEAT_SHARE = 0.5
 
 
 @dataclass
@@ -191,21 +194,29 @@ class HostWatcher:
         return min(backoff * 2, MAX_BACKOFF)
 
     async def _stream(self, client: EngineClient, slot: RampSlot) -> None:
-        # A stream quiet for an interval is checked with GET /status, so an idle engine's
-        # last_seen keeps up with the clock.
-        async for snapshot in client.stream_snapshots(idle=max(self.interval, 1.0)):
+        # A quiet engine sends a heartbeat with its seq every half `idle`; one that sends
+        # nothing for `idle` (hung, or too old to know heartbeats) is asked with GET /status,
+        # so an idle engine's last_seen keeps up with the clock either way.
+        idle = max(self.interval, 1.0)
+        async for message in client.stream_status(idle=idle, heartbeat=idle * HEARTBEAT_SHARE):
             slot.release()
-            if snapshot is None:
-                # A quiet stream is not proof of life: ask directly before trusting it. The
-                # answer is decoded only if it is news (what the stream would have sent).
-                status = await client.status()
-                if (self.live.snapshot is not None and isinstance(status, dict)
-                        and status.get("seq") == self.live.seq):
-                    self.live.seen("stream", self.clock())
-                else:
-                    self.live.accept(EngineSnapshot.from_json(status), "stream", self.clock())
+            if isinstance(message, EngineSnapshot):
+                self.live.accept(message, "stream", self.clock())
+            elif (isinstance(message, StreamHeartbeat) and self.live.snapshot is not None
+                    and message.seq == self.live.seq):
+                self.live.seen("stream", self.clock())  # alive, and nothing we do not have
             else:
-                self.live.accept(snapshot, "stream", self.clock())
+                await self._check(client)
+
+    async def _check(self, client: EngineClient) -> None:
+        """Silence, or a heartbeat with a seq we have no snapshot for (one missed): ask the
+        engine directly. The answer is decoded only if it is news."""
+        status = await client.status()
+        if (self.live.snapshot is not None and isinstance(status, dict)
+                and status.get("seq") == self.live.seq):
+            self.live.seen("stream", self.clock())
+        else:
+            self.live.accept(EngineSnapshot.from_json(status), "stream", self.clock())
 
     async def _poll(self, client: EngineClient) -> None:
         for _ in range(POLLS_BEFORE_STREAM_RETRY):

@@ -241,8 +241,10 @@ class Command(BaseCommand):
             await asyncio.to_thread(lambda: Machine.objects.filter(pk__in=ids).delete())
         latencies = sorted(x for log in logs for x in log.latencies(sent_at))
         sent = sum(lg.seq[host] for lg, host in where.values())
+        engines = {"status_requests": sum(lg.status_requests for lg in loadgens),
+                   "heartbeats_sent": sum(lg.heartbeats_sent for lg in loadgens)}
         self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
-                    takeover, load_average, browsed)
+                    takeover, load_average, browsed, engines)
 
     @staticmethod
     def count_lost(logs, final: dict[int, int]) -> dict:
@@ -344,12 +346,13 @@ class Command(BaseCommand):
             log.record(message.data, time.time())
 
     def report(self, hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
-               takeover, load_average, browsed):
+               takeover, load_average, browsed, engines):
         controller_cpu = sum(share for name, share in cpu.items() if name.startswith("controller"))
         result = {
             "hosts": hosts, "viewers": viewers, "rate": rate, "controllers": controllers,
             "megabytes_per_viewer": round(sum(log.bytes for log in logs) / len(logs) / 1e6, 2),
             "snapshots_sent": sent, "row_deliveries_measured": len(latencies),
+            "engines_whole_run": engines,
             "messages_received": sum(log.messages for log in logs),
             "megabytes_received": round(sum(log.bytes for log in logs) / 1e6, 1),
             "latency_ms": {
@@ -370,6 +373,9 @@ class Command(BaseCommand):
         self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s "
                           f"controllers={controllers}: {sent} snapshots sent, "
                           f"{len(latencies)} row deliveries measured")
+        self.stdout.write(f"the engines, whole run (warm-up and settling too): "
+                          f"{engines['status_requests']} GET /status answered, "
+                          f"{engines['heartbeats_sent']} heartbeats sent")
         self.stdout.write(f"viewers received {result['messages_received']} messages, "
                           f"{result['megabytes_received']} MB in all")
         if latencies:
