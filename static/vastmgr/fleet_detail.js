@@ -1,8 +1,9 @@
 // A fleet row's inline detail (vast-manager's expanded row): the row's toggle fetches it with
 // htmx and inserts it under the row; pressed again, it goes. Rows are replaced by pushes and
 // the whole body by a full state, so which rows are open is kept here and put back after
-// every change of the table: the toggle says "expanded" again, a detail row that a swap took
-// away is fetched again, one that was left behind a re-ordered row follows it.
+// every change of the table: the toggle says "expanded" again, a detail the controller's
+// pushed table body would replace is kept and put back, one that some other swap took away is
+// fetched again, one that was left behind a re-ordered row follows it.
 (function () {
   "use strict";
   var open = {};     // machine id → true while its detail is wanted
@@ -89,9 +90,22 @@
     sync();
   });
 
+  // A pushed table body (a page whose rows changed: a host added, gone or moved) would take
+  // the open details with it, their sockets and the place a reader had in their logs. They
+  // step aside into the holder first; sync puts them back under their rows.
+  function keepDetails(event) {
+    var target = event.detail && event.detail.target;
+    if (!target || !target.querySelectorAll) return;
+    var kept = target.querySelectorAll(".row-detail");
+    if (!kept.length) return;
+    var body = holder();
+    Array.prototype.forEach.call(kept, function (detailRow) { body.appendChild(detailRow); });
+  }
+
   function watch() {
     var table = document.getElementById("fleet-table");
     if (!table) return;
+    document.addEventListener("htmx:oobBeforeSwap", keepDetails);
     new MutationObserver(sync).observe(table, { childList: true, subtree: true });
   }
 
