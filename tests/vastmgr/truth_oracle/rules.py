@@ -20,7 +20,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -53,7 +53,9 @@ class EngineState:
     # The request's start and end: the engine took the snapshot somewhere in between (a busy
     # engine may take a second to answer). A bare moment when not given.
     started: float | None = None
-    ended: float | None = None
+    answered: float | None = None
+    # The engine's last word on the jobs it ended so far (see History.ended).
+    ended: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def earliest(self) -> float:
@@ -61,7 +63,7 @@ class EngineState:
 
     @property
     def latest(self) -> float:
-        return self.at if self.ended is None else self.ended
+        return self.at if self.answered is None else self.answered
 
     def pipeline(self, job: str) -> Mapping[str, Any] | None:
         if self.snapshot is None:
@@ -87,10 +89,26 @@ class History:
         # What the engine's status stream carried, by seq: the snapshots a page can name that
         # lasted less than a poll. Only the current engine's (cleared when its seq restarts).
         self.streamed: dict[int, EngineState] = {}
+        # The engine's last word on each job it ended (from a poll, a record or the stream): it
+        # stands after an engine restart forgets the job, which may come before the poller
+        # fetched the record (a job done just before a kill -9).
+        self.ended: dict[str, Mapping[str, Any]] = {}
         self.lock = threading.Lock()
+
+    def _remember_ended(self, snapshot: Mapping[str, Any] | None,
+                        records: Mapping[str, Mapping[str, Any]]) -> None:
+        for p in (snapshot or {}).get("pipelines", ()):
+            if p.get("status") in TERMINAL_STATUSES:
+                self.ended[p["job_id"]] = {"status": p["status"],
+                                           "partition_states": p.get("partitions")}
+        for job, record in records.items():
+            if record.get("status") in TERMINAL_STATUSES:
+                self.ended[job] = record
 
     def add(self, state: EngineState) -> None:
         with self.lock:
+            self._remember_ended(state.snapshot, state.records)
+            state = replace(state, ended=dict(self.ended))
             self.states.append(state)
             while self.states and self.states[0].at < state.at - self.keep:
                 self.states.popleft()
@@ -104,8 +122,9 @@ class History:
             for old in [s for s, state in self.streamed.items()
                         if state.at < received - self.keep]:
                 del self.streamed[old]
+            self._remember_ended(snapshot, {})
             records = self.states[-1].records if self.states else {}
-            self.streamed[seq] = EngineState(received, snapshot, records)
+            self.streamed[seq] = EngineState(received, snapshot, records, ended=dict(self.ended))
 
     def named(self, seq: int | None, before: float, after: float) -> EngineState | None:
         """The streamed snapshot with this seq, if the stream carried it and it may have been
@@ -229,7 +248,10 @@ def job_labels(state: EngineState, job: str) -> set[str] | None:
     if record is not None:
         status = record.get("status")
         return {status} | (NOT_ON_ENGINE if status == "queued" else set())
-    return NOT_ON_ENGINE | ENDED_OFF_ENGINE
+    # Not on the engine: not dispatched yet, or forgotten by an engine restart, which may have
+    # come after the job ended there (its result kept, or lost and the job queued again).
+    last_word = state.ended.get(job)
+    return NOT_ON_ENGINE | ENDED_OFF_ENGINE | ({last_word["status"]} if last_word else set())
 
 
 def _before_a_device(partitions: list[Mapping[str, Any]]) -> str:

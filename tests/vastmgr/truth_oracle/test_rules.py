@@ -314,3 +314,21 @@ def test_a_snapshot_only_the_stream_carried_judges_the_view_that_names_it():
     # a restarted engine counts from the start again: the old engine's seq 8 is forgotten
     history.add_streamed(T - 0.1, dict(idle, seq=1))
     assert history.named(8, T - 0.2, T) is None
+
+
+def test_a_job_done_just_before_an_engine_restart_may_stay_done():
+    """The engine said done, then a kill -9 restarted it before its record was fetched: a page
+    may show it done (the engine's last word) or queued again (its result lost), not running."""
+    done = dict(snapshot(["done"] * 4, status="done", phase="done", workers=[]), seq=4)
+    restarted = dict(snapshot([], workers=[]), seq=1, pipelines=[])
+    history = History()
+    history.add(EngineState(T - 1.0, done))
+    history.add(EngineState(T - 0.5, restarted))
+    window = [s for s in history.window(T - 0.2, T) if s.snapshot is restarted]
+    page = {"kind": "proof", "page": "proof page", "job": JOB, "read_at": T,
+            "status": "done", "phase": "done", "cells": []}
+    assert rules_broken(page, window) == []
+    assert rules_broken({**page, "status": "queued", "phase": "queued"}, window) == []
+    assert rules_broken({**page, "status": "running", "phase": "running"}, window) == ["job_phase"]
+    # without the engine's last word, done is not a state the restarted engine can vouch for
+    assert rules_broken(page, states(restarted)) == ["job_phase"]
