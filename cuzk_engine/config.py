@@ -212,6 +212,15 @@ def _expect(value, kind, key):
     return value
 
 
+def _int_between(value, key: str, low: int, high: int, low_means: str = "") -> int:
+    """An integer in [low, high]; `low_means` says what the lowest value asks for."""
+    n = _expect(value, int, key)
+    if not low <= n <= high:
+        lowest = f"{low} ({low_means})" if low_means else str(low)
+        raise ConfigError(f"{key} must be {lowest}..{high}, got {n}")
+    return n
+
+
 def config_from_dict(data: dict) -> EngineConfig:
     """Build a validated config from parsed TOML (or an equivalent dict)."""
     for section, allowed in _SCHEMA.items():
@@ -242,23 +251,17 @@ def config_from_dict(data: dict) -> EngineConfig:
                 raise ConfigError(f"gpus.devices: unknown device {d!r} (use auto, cpu, cuda:N)")
         cfg.devices = [f"cuda:{d}" if re.fullmatch(r"\d+", str(d)) else str(d) for d in devices]
     if "gpu_workers_per_device" in gpus:
-        n = _expect(gpus["gpu_workers_per_device"], int, "gpus.gpu_workers_per_device")
-        if not 1 <= n <= 64:
-            raise ConfigError(f"gpus.gpu_workers_per_device must be 1..64, got {n}")
-        cfg.gpu_workers_per_device = n
+        cfg.gpu_workers_per_device = _int_between(
+            gpus["gpu_workers_per_device"], "gpus.gpu_workers_per_device", 1, 64)
 
     synth = data.get("synthesis", {})
     if "workers" in synth:
-        n = _expect(synth["workers"], int, "synthesis.workers")
-        if not 0 <= n <= 1024:
-            raise ConfigError(f"synthesis.workers must be 0 (all CPUs)..1024, got {n}")
-        cfg.synthesis_workers = n
+        cfg.synthesis_workers = _int_between(synth["workers"], "synthesis.workers", 0, 1024,
+                                             "all CPUs")
     cpu = data.get("cpu", {})
     if "msm_threads" in cpu:
-        n = _expect(cpu["msm_threads"], int, "cpu.msm_threads")
-        if not 0 <= n <= 1024:
-            raise ConfigError(f"cpu.msm_threads must be 0 (automatic)..1024, got {n}")
-        cfg.msm_threads = n
+        cfg.msm_threads = _int_between(cpu["msm_threads"], "cpu.msm_threads", 0, 1024,
+                                       "automatic")
 
     mem = data.get("memory", {})
     if "total_budget" in mem:
