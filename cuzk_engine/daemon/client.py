@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
@@ -27,6 +28,20 @@ from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 
 # Statuses that say "not now" rather than "never": retried like a lost connection.
 RETRY_LATER = frozenset({408, 429})
+# After a quiet timeout the stream is read once more with this timeout, which ends as soon as
+# the event loop has had one more turn: only a stream with nothing waiting is silent.
+BUFFERED_ONLY = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedSnapshot:
+    """A snapshot from the status stream with the JSON it came as (`stream_status(keep_json=
+    True)`): a reader that stores or renders the JSON need not encode it again. `data` is
+    `text` decoded; `snapshot` is `data` read (and checked) as a snapshot."""
+
+    snapshot: EngineSnapshot
+    data: dict
+    text: str
 
 
 class EngineClient:
@@ -136,15 +151,19 @@ class EngineClient:
         """
         async with aclosing(self.stream_status(idle=idle)) as messages:
             async for message in messages:
+                assert not isinstance(message, StreamedSnapshot), "only with keep_json"
                 if not isinstance(message, StreamHeartbeat):  # not asked for: nothing to say
                     yield message
 
-    async def stream_status(self, *, idle: float | None = None, heartbeat: float | None = None
-                            ) -> AsyncGenerator[EngineSnapshot | StreamHeartbeat | None]:
+    async def stream_status(self, *, idle: float | None = None, heartbeat: float | None = None,
+                            keep_json: bool = False
+                            ) -> AsyncGenerator[EngineSnapshot | StreamedSnapshot
+                                                | StreamHeartbeat | None]:
         """`stream_snapshots`, and with `heartbeat` the engine is asked to send a
         `StreamHeartbeat` (its seq now) after that many seconds with nothing sent. An engine
         that does not know heartbeats ignores the ask and stays silent, so the caller still
-        needs `idle` (set it above `heartbeat`) to tell silence from a heartbeat."""
+        needs `idle` (set it above `heartbeat`) to tell silence from a heartbeat. With
+        `keep_json` each snapshot comes as a `StreamedSnapshot`."""
         url = self.base_url + "/v1/status/stream"
         params = {} if heartbeat is None else {"heartbeat": f"{heartbeat:g}"}
         try:
@@ -156,11 +175,24 @@ class EngineClient:
                     try:
                         message = await ws.receive(timeout=idle)
                     except TimeoutError:
-                        yield None
-                        continue
+                        # An event loop that stalled past `idle` runs the expired timeout
+                        # before the read it woke with: frames that arrived meanwhile are
+                        # waiting, and a stream with frames waiting is not silent.
+                        try:
+                            message = await ws.receive(timeout=BUFFERED_ONLY)
+                        except TimeoutError:
+                            yield None
+                            continue
                     if message.type == aiohttp.WSMsgType.TEXT:
                         data = json.loads(message.data)
-                        yield StreamHeartbeat.from_json(data) or EngineSnapshot.from_json(data)
+                        beat = StreamHeartbeat.from_json(data)
+                        if beat is not None:
+                            yield beat
+                        elif keep_json:
+                            yield StreamedSnapshot(EngineSnapshot.from_json(data), data,
+                                                   message.data)
+                        else:
+                            yield EngineSnapshot.from_json(data)
                     elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                           aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         raise EngineUnreachable(f"status stream closed ({message.type.name})")

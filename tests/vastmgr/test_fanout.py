@@ -3,6 +3,7 @@ engines → the fleet controller → the consumers → viewers. Every host's fin
 every viewer, no row may go back in seq, and host panels go only where someone watches."""
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -270,6 +271,79 @@ def test_the_row_diff_never_holds_back_a_value_the_row_shows():
     assert "nothing read" not in sent[1:]  # and the rest were sent because something changed
     assert sent[1:] == [what for what, *_ in steps[1:] if what != "nothing read"]
 
+
+
+def test_a_host_view_kept_from_an_earlier_render_is_the_one_a_new_render_makes():
+    """The controller keeps its host views from one render to the next (its thousand hosts'
+    totals, twice a second) and moves them to the new render's time. A kept view must show and
+    count exactly what a view made afresh then does, whatever happened in between: time passing
+    (live, stale, offline), a new status, last seen moved in place, a proof finished, hosts
+    joining and leaving."""
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from vastmgr.fleet.fragments import HostView, fleet_totals, host_views, render_fleet_row
+    from vastmgr.proofs.models import ProofJob
+
+    def machine(name):
+        return Machine.objects.create(name=name, provider="local", host="127.0.0.1",
+                                      price_per_hour=Decimal("0.5"))
+
+    def status(of, seq, now, workers=("proving", "idle")):
+        snapshot = {"seq": seq, "uptime_secs": 100.0 + seq,
+                    "memory": {"total_bytes": 1000, "used_bytes": 10 * seq},
+                    "gpu_workers": [{"worker_id": i, "gpu_ordinal": 0, "state": state}
+                                    for i, state in enumerate(workers)],
+                    "pipelines": [{"job_id": f"j{seq}", "status": "queued", "partitions": []}],
+                    "buffers": {"pending_handles": seq}}
+        return HostStatus(machine=of, connected=True, interval=1.0, seq=seq, snapshot=snapshot,
+                          snapshot_at=datetime.fromtimestamp(now, UTC),
+                          idle_waiting_since=datetime.fromtimestamp(now - 30, UTC))
+
+    def shown(view: HostView) -> dict:
+        """Everything a view computes: its row (as `shown_values`: the render's own time left
+        out) and each value the templates may ask for."""
+        names = [name for name, member in vars(HostView).items()
+                 if isinstance(member, property | functools.cached_property)]
+        return {"row": shown_values(render_fleet_row(view), view.now),
+                **{name: getattr(view, name) for name in names}}
+
+    now = 1_000_000.0
+    alpha, bravo = machine("alpha"), machine("bravo")
+    alpha.last_seen = datetime.fromtimestamp(now, UTC)
+    machines = [alpha, bravo]
+    statuses = {alpha.pk: status(alpha, 1, now)}
+    views = host_views(machines, statuses, now)
+    for view in views:
+        shown(view)  # every cached value computed, as a render would
+    steps = [
+        ("time passes, still live", 1.0, lambda: None),
+        ("stale", 3.0, lambda: None),
+        ("a new status", 0.5, lambda: statuses.update({alpha.pk: status(alpha, 2, now)})),
+        ("last seen moved in place", 0.0,
+         lambda: setattr(alpha, "last_seen", datetime.fromtimestamp(now, UTC))),
+        ("a worker idle", 0.5, lambda: statuses.update(
+            {alpha.pk: status(alpha, 3, now, ("idle", "idle"))})),
+        ("a proof done", 0.5, lambda: ProofJob.objects.create(
+            kind="winning-post", profile="tiny", seed=1, machine=alpha,
+            status=ProofJob.Status.DONE, finished_at=timezone.now() - timedelta(seconds=1))),
+        ("a host joins", 0.5, lambda: machines.append(machine("charlie"))),
+        ("a host leaves", 0.5, lambda: machines.remove(bravo)),
+        ("offline", 60.0, lambda: None),
+    ]
+    for what, seconds, change in steps:
+        now += seconds
+        change()
+        kept = {view.machine.pk: view for view in views}
+        views = host_views(machines, statuses, now, kept)
+        fresh = host_views(machines, statuses, now)
+        for view, new in zip(views, fresh, strict=True):
+            differ = {k: (v, shown(new)[k]) for k, v in shown(view).items() if v != shown(new)[k]}
+            assert not differ, (what, differ)
+        assert fleet_totals(views, now) == fleet_totals(fresh, now), what
+    assert views[0] is kept[alpha.pk]  # kept, not made again, when nothing changed
 
 
 async def test_the_load_generator_sends_heartbeats_as_the_engine_does():

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from typing import ClassVar
 
 from django.db.models import Count, Min, Q
 from django.template.loader import render_to_string
@@ -67,7 +68,12 @@ IDLE_FLAG_HOLD = 5.0
 @dataclass
 class HostView:
     """One host as the fleet row and panel show it; the derived values are computed once per
-    render (templates ask for them several times, for hundreds of rows a tick)."""
+    render (templates ask for them several times, for hundreds of rows a tick).
+
+    A view is kept from one render to the next while its rows are the same (`same_rows`) and
+    moved to the next render's time with `at`: what it computed from the rows alone stays,
+    what moves with the clock is computed again (the fleet controller renders its thousand
+    hosts' totals twice a second)."""
 
     machine: Machine
     status: HostStatus | None
@@ -75,6 +81,27 @@ class HostView:
     done_24h: int = 0
     failed_24h: int = 0
     bad_host: BadHost | None = None  # its provider machine is on the bad-hosts list
+
+    # The cached values that depend on `now`: dropped when the view moves in time.
+    MOVES_WITH_NOW: ClassVar[tuple[str, ...]] = ("connection",)
+
+    def __post_init__(self) -> None:
+        # The machine's last seen as this view read it: the controller moves it in place.
+        self._last_seen = self.machine.last_seen
+
+    def same_rows(self, machine: Machine, status: HostStatus | None, done_24h: int,
+                  failed_24h: int, bad_host: BadHost | None) -> bool:
+        """Whether a view of these rows would be this one (at another time)."""
+        return (machine is self.machine and status is self.status
+                and machine.last_seen == self._last_seen and done_24h == self.done_24h
+                and failed_24h == self.failed_24h and bad_host is self.bad_host)
+
+    def at(self, now: float) -> HostView:
+        """This view moved to `now`."""
+        self.now = now
+        for name in self.MOVES_WITH_NOW:
+            self.__dict__.pop(name, None)
+        return self
 
     @cached_property
     def snapshot(self) -> PartialSnapshot:
@@ -139,7 +166,7 @@ class HostView:
     def devices(self) -> list[dict]:
         return self.snapshot.get("devices", [])
 
-    @property
+    @cached_property
     def queue_depth(self) -> int | None:
         """Jobs on the engine that no device has touched yet: queued for synthesis, or
         synthesized (wholly or partly) and waiting for a device. None when the engine reports
@@ -148,7 +175,7 @@ class HostView:
             return None
         return sum(1 for p in self.snapshot["pipelines"] if pipeline_phase(p) in NOT_STARTED)
 
-    @property
+    @cached_property
     def partitions_waiting(self) -> int | float:
         """Synthesized partitions waiting for a device, over all jobs."""
         return pending_handles(self.snapshot)
@@ -323,9 +350,10 @@ def load_hosts(now: float, machine_ids: Iterable[int] | None = None, *,
 
 
 def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | None],
-               now: float) -> list[HostView]:
+               now: float, kept: Mapping[int, HostView] | None = None) -> list[HostView]:
     """Views of `machines` with the given live status rows (the fleet controller passes the
-    state it holds in memory, which is what it writes to the database)."""
+    state it holds in memory, which is what it writes to the database). `kept`: views from an
+    earlier render, each used again (at `now`) where its rows are still the same."""
     since = timezone.now() - timedelta(hours=24)
     counts = {
         row["machine"]: row
@@ -341,10 +369,15 @@ def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | 
     views = []
     for machine in machines:
         row = counts.get(machine.pk, {})
-        views.append(HostView(machine, statuses.get(machine.pk), now,
-                              row.get("done", 0), row.get("failed", 0),
-                              bad.get(machine.vast_machine_id)
-                              if machine.vast_machine_id is not None else None))
+        status = statuses.get(machine.pk)
+        done, failed = row.get("done", 0), row.get("failed", 0)
+        bad_host = bad.get(machine.vast_machine_id) if machine.vast_machine_id is not None \
+            else None
+        view = kept.get(machine.pk) if kept is not None else None
+        if view is not None and view.same_rows(machine, status, done, failed, bad_host):
+            views.append(view.at(now))
+        else:
+            views.append(HostView(machine, status, now, done, failed, bad_host))
     return views
 
 

@@ -87,6 +87,7 @@ class FleetController:
         self.shown = ShownRows(refresh=HEARTBEAT_INTERVALS * interval)
         self.page_rows: dict[str, list[int]] = {}  # fleet page group -> its rows, last pushed
         self.tables: dict[str, FleetTableForm] = {}  # fleet page query -> its table
+        self.views: dict[int, HostView] = {}  # the last render's host views, to use again
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -259,8 +260,8 @@ class FleetController:
         """One message per watched fleet page: the whole page when it is fresh or its rows
         changed (a host added, removed, or moved by its sort or filter), else its changed rows
         whose shown values moved and the totals when they moved. The host panels in `panels`."""
-        hosts = fragments.host_views(list(self.machines.values()), statuses, now)
-        by_id = {h.machine.pk: h for h in hosts}
+        hosts = fragments.host_views(list(self.machines.values()), statuses, now, self.views)
+        by_id = self.views = {h.machine.pk: h for h in hosts}
         self.tables = {query: self.tables.get(query) or fleet_table(query)
                        for query in pages.values()}
         shown = {group: self._page_hosts(self.tables[query], hosts, now)

@@ -13,13 +13,14 @@ from typing import Self, cast
 
 import aiohttp
 
-from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.daemon.client import EngineClient, StreamedSnapshot
 from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from cuzk_engine.errors import EngineError, SnapshotFormatError
 from vastmgr.errors import TransportError
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
 
+from .store import StoredJSON
 from .transport import EngineEndpoint, EngineTransport
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,10 @@ class HostLive:
             self.down_since = None
             self.changed = True
 
-    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float) -> None:
+    def accept(self, snapshot: EngineSnapshot | PartialSnapshot, via: str, now: float,
+               as_json: StoredJSON | None = None) -> None:
+        """`as_json`: the snapshot's JSON as the engine sent it, when the caller has it (kept
+        to be stored and rendered as it is, instead of converted and encoded again)."""
         self.seen(via, now)
         seq = snapshot.seq if isinstance(snapshot, EngineSnapshot) else snapshot.get("seq")
         if seq != self.seq or self.snapshot is None:
@@ -77,6 +81,8 @@ class HostLive:
             self.snapshot_at = now
             self.seq = seq
             self.changed = True
+            if as_json is not None:
+                self._json = (snapshot, cast(PartialSnapshot, as_json))
 
     def snapshot_json(self) -> PartialSnapshot | None:
         """The kept snapshot as stored and rendered (converted once per snapshot)."""
@@ -198,10 +204,12 @@ class HostWatcher:
         # nothing for `idle` (hung, or too old to know heartbeats) is asked with GET /status,
         # so an idle engine's last_seen keeps up with the clock either way.
         idle = max(self.interval, 1.0)
-        async for message in client.stream_status(idle=idle, heartbeat=idle * HEARTBEAT_SHARE):
+        async for message in client.stream_status(idle=idle, heartbeat=idle * HEARTBEAT_SHARE,
+                                                  keep_json=True):
             slot.release()
-            if isinstance(message, EngineSnapshot):
-                self.live.accept(message, "stream", self.clock())
+            if isinstance(message, StreamedSnapshot):
+                self.live.accept(message.snapshot, "stream", self.clock(),
+                                 StoredJSON(message.data, message.text))
             elif (isinstance(message, StreamHeartbeat) and self.live.snapshot is not None
                     and message.seq == self.live.seq):
                 self.live.seen("stream", self.clock())  # alive, and nothing we do not have

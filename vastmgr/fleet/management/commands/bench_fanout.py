@@ -190,7 +190,7 @@ class Command(BaseCommand):
                     if profile and first:
                         profiler = await asyncio.create_subprocess_exec(
                             shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
-                            "record", "--pid", str(fleet[0].pid), "--duration",
+                            "record", "--nonblocking", "--pid", str(fleet[0].pid), "--duration",
                             str(round(duration / 3 if kill else duration)), "--format",
                             "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
                     if kill and first:
