@@ -200,9 +200,10 @@ class HostView:
 
     # ---- cost
 
-    @property
+    @cached_property
     def billing(self):
         """The remote app's billing record (billing start/end), if this machine has one."""
+        # Cached: a machine without one raises (and getattr catches) on every look.
         return getattr(self.machine, "remote", None)
 
     @property
