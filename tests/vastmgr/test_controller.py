@@ -3,6 +3,7 @@ controller's clock in the test's hands, and the rendered fragments it pushes."""
 
 
 import asyncio
+import time
 from dataclasses import replace
 
 import aiohttp
@@ -147,6 +148,25 @@ async def test_an_engine_without_heartbeats_is_still_checked_with_its_status(eng
         assert not any("heartbeat" in frame for frame in proxy.frames)
     finally:
         await controller.shutdown()
+
+
+async def test_a_stalled_event_loop_does_not_make_a_talking_stream_look_silent(engine):
+    """An event loop that stalls past a stream's quiet timeout (a thousand hosts' controller on
+    a busy machine) runs the expired timeout before the read it woke up with. The heartbeats
+    that arrived meanwhile are waiting: the stream must yield them, not a silence, which would
+    send a GET /status to every quiet engine at once and time half of them out."""
+    from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
+
+    loop = asyncio.get_running_loop()
+    async with EngineClient(f"http://127.0.0.1:{engine.port}") as client:
+        stream = client.stream_status(idle=0.5, heartbeat=0.1)
+        assert isinstance(await anext(stream), EngineSnapshot)
+        stalled_at = loop.time()
+        loop.call_later(0.05, time.sleep, 1.0)  # the stall: the whole loop stops for 1 s
+        message = await anext(stream)
+        assert loop.time() - stalled_at >= 1.0  # it was read after the stall
+        await stream.aclose()
+    assert isinstance(message, StreamHeartbeat)
 
 
 async def watched_fleet_page(controller, cookie) -> WebsocketCommunicator:
@@ -398,6 +418,80 @@ async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on
     assert await ws.receive_nothing(timeout=0.3)  # nothing changed: nothing sent
     await ws.disconnect()
     await controller.shutdown()
+
+
+async def test_the_totals_a_page_shows_are_the_fleets_after_every_tick(engine):
+    """The controller keeps its host views from one tick to the next (only what moves with the
+    clock is worked out again) and pushes the totals only when they move. What a fleet page
+    shows must stay the fleet's totals as the database has them after each tick: a host added,
+    a lifecycle state changed, the engine's own state changed, time passing, a host killed, the
+    controller restarted on the same fleet and its relay rejoined."""
+    from vastmgr.fleet.controller.shown import shown_values
+    from vastmgr.fleet.fragments import load_hosts, render_fleet_totals
+
+    start = '<div id="fleet-totals"'
+    clock = FakeClock()
+    shown: dict[str, tuple[str, float]] = {}  # the totals the page shows, rendered at
+
+    async def tick_and_compare(controller, what, ticks=2):
+        for _ in range(ticks):  # the machines are read at the end of a tick, for the next one
+            await controller.tick()
+        while not await ws.receive_nothing(timeout=0.3):  # every push of this tick
+            message = await ws.receive_from()
+            if start in message:
+                shown["totals"] = (message[message.index(start):], clock.now)
+        fleet = await database_sync_to_async(
+            lambda: render_fleet_totals(load_hosts(clock.now), clock.now))()
+        assert shown_values(*shown["totals"]) == shown_values(fleet, clock.now), what
+
+    async def add(name, **fields):
+        return await database_sync_to_async(Machine.objects.create)(
+            name=name, provider="ssh", host="192.0.2.1", enabled=False, **fields)
+
+    local = await database_sync_to_async(Machine.objects.create)(
+        name="local", provider="local", host="127.0.0.1", engine_port=engine.port,
+        price_per_hour=1)
+    await add("bravo", price_per_hour=2)
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = await watched_fleet_page(controller, cookie)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        await wait_until(lambda: controller.hosts[local.pk].live.connected)
+        await tick_and_compare(controller, "first")
+        charlie = await add("charlie", state=Machine.State.RUNNING, gpu_count=4, bench_rate=9)
+        await tick_and_compare(controller, "a host added")
+        await database_sync_to_async(Machine.objects.filter(pk=local.pk).update)(
+            state=Machine.State.RUNNING, gpu_count=2)
+        await tick_and_compare(controller, "a lifecycle state changed")
+        seq = controller.hosts[local.pk].live.seq
+        async with EngineClient(f"http://127.0.0.1:{engine.port}") as client:
+            await client.preload("winning-post.tiny")
+        await wait_until(lambda: controller.hosts[local.pk].live.seq != seq)
+        await tick_and_compare(controller, "the engine's state changed")
+        clock.advance(3.5)
+        await tick_and_compare(controller, "time passed", ticks=1)
+        await database_sync_to_async(Machine.objects.filter(pk=charlie.pk).update)(
+            state=Machine.State.KILLED)
+        await tick_and_compare(controller, "a host killed")
+    finally:
+        await controller.shutdown()
+    # Restarted on the same fleet: it asks the open page to announce itself and sends it whole.
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    controller.session = aiohttp.ClientSession()
+    try:
+        await wait_until(lambda: controller.viewers.pages())
+        await controller.sync_machines()
+        await wait_until(lambda: controller.hosts[local.pk].live.connected)
+        await tick_and_compare(controller, "a controller restarted")
+        controller.publisher.reconnected = True  # its relay rejoined: everything sent again
+        clock.advance(0.5)
+        await tick_and_compare(controller, "the relay rejoined")
+    finally:
+        await controller.shutdown()
+        await ws.disconnect()
 
 
 async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
