@@ -27,6 +27,7 @@ from vastmgr.fleet.controller.publish import (
     Sequencer,
     relay_batches,
 )
+from vastmgr.fleet.controller import service
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.shown import MONEY, MOVING, TICK, ShownRows, shown_values
 from vastmgr.fleet.models import HostStatus, Machine
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HOSTS, FLEET_VIEWERS, RATE, LOAD_SNAPSHOTS = 5, 2, 10.0, 20
 PANEL_SEQ = re.compile(r'id="host-(\d+)-panel".*?· seq (\d+)', re.DOTALL)
 REDIS_URL = os.environ.get("TEST_REDIS_URL")
+ROW_ELEMENT = re.compile(r'<tr id="host-\d+-row"')
 
 
 @pytest.fixture(params=["in-memory", pytest.param("redis", marks=[
@@ -55,9 +57,13 @@ class RecordingPublisher(LayerPublisher):
     def __init__(self):
         super().__init__()
         self.groups: list[str] = []
+        self.fleet_rows: list[int] = []  # rows in each push of changed rows to a fleet page
 
     async def send(self, messages):
         self.groups.extend(group for group, _ in messages)
+        self.fleet_rows.extend(len(ROW_ELEMENT.findall(html)) for group, html in messages
+                               if group.startswith("fleet.page.")
+                               and 'id="fleet-rows"' not in html)  # not a whole page
         return await super().send(messages)
 
 
@@ -67,7 +73,10 @@ async def read_into(ws: WebsocketCommunicator, record) -> None:
         record(await ws.receive_from(timeout=3600), time.time())
 
 
-async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer):
+async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer, monkeypatch):
+    # A tick's changed rows go out in messages of a few rows (each one browser task): here two,
+    # so the five hosts' rows are split, and every final state must still arrive.
+    monkeypatch.setattr(service, "ROWS_PER_MESSAGE", 2)
     loadgen = LoadGenerator(HOSTS, RATE)
     loadgen.running = False
     await loadgen.start()
@@ -130,6 +139,7 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
         assert panel_seqs == sorted(panel_seqs)
         pushed_panels = {g for g in publisher.groups if g.startswith("host.")}
         assert pushed_panels == {fragments.host_group(watched)}
+        assert max(publisher.fleet_rows) == 2
     finally:
         for task in readers:
             task.cancel()

@@ -99,12 +99,16 @@ class Command(BaseCommand):
         parser.add_argument("--browser", action="store_true",
                             help="also open the fleet page and a host page in headless "
                                  "Chromium (CHROMIUM_PATH) and measure them in the first round")
+        parser.add_argument("--browser-trace", action="store_true",
+                            help="with --browser, record a DevTools timeline of the first "
+                                 "round and break each page's long tasks down by what they "
+                                 "spent their time on")
         parser.add_argument("--loadgen-processes", type=int, default=0,
                             help=f"processes simulating the engines (default: one per "
                                  f"{HOSTS_PER_LOADGEN} hosts)")
 
     def handle(self, *args, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-               loadgen_processes, profile, pages, browser, **options):
+               loadgen_processes, profile, pages, browser, browser_trace, **options):
         if min(hosts, viewers, controllers, rounds) < 1 or rate <= 0 or duration <= 0 \
                 or lease <= 0:
             raise CommandError("--hosts, --viewers, --rounds and --controllers must be >= 1; "
@@ -119,10 +123,10 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)  # a fresh data dir works too
         pages = pages or math.ceil(hosts / FleetTableForm.PER_PAGE)
         asyncio.run(self.bench(hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                               min(processes, hosts), profile, pages, browser))
+                               min(processes, hosts), profile, pages, browser, browser_trace))
 
     async def bench(self, hosts, viewers, rate, duration, rounds, controllers, lease, kill,
-                    processes, profile, pages, browser):
+                    processes, profile, pages, browser, browser_trace):
         loadgens = [RemoteLoadGenerator(len(range(i, hosts, processes)), rate)
                     for i in range(processes)]
         await asyncio.gather(*(lg.start() for lg in loadgens))
@@ -166,7 +170,8 @@ class Command(BaseCommand):
                     chromium = await playwright.chromium.launch(
                         executable_path=os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
                     origin = f"http://127.0.0.1:{port}"
-                    probes = [BrowserProbe("fleet"), BrowserProbe("host")]
+                    # One trace at a time in a browser: the fleet page's.
+                    probes = [BrowserProbe("fleet", browser_trace), BrowserProbe("host")]
                     for probe, path in zip(probes, ["/", f"/hosts/{ids[0]}/"]):
                         await probe.open(chromium, origin + path,
                                          {"name": "sessionid", "value": cookie, "url": origin})
@@ -399,6 +404,13 @@ class Command(BaseCommand):
                               f"{page['main_thread_busy_percent']} %, {page['long_tasks']} long "
                               f"tasks (longest {page['longest_task_ms']} ms), "
                               f"{page['kilobytes_per_second']} kB/s received")
+            self.stdout.write(f"  slowest of its {page['messages']} pushed messages to handle: "
+                              + ", ".join(f"{m['ms']} ms ({m['rows']} rows"
+                                          + (", whole page" if m["whole"] else "") + ")"
+                                          for m in page["slowest_messages"]))
+            for task in page.get("long_task_parts", []):
+                self.stdout.write(f"  long task {task['ms']} ms: " + ", ".join(
+                    f"{name} {ms} ms" for name, ms in task["parts_ms"].items()))
         if takeover:
             self.stdout.write(f"takeover: {takeover['hosts_of_killed_controller']} hosts of the "
                               f"killed controller written again after "
