@@ -19,6 +19,7 @@ from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
 from vastmgr.fleet import fragments
+from vastmgr.fleet.controller import service
 from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
 from vastmgr.fleet.controller.publish import (
     SYNC_EVERY,
@@ -27,7 +28,6 @@ from vastmgr.fleet.controller.publish import (
     Sequencer,
     relay_batches,
 )
-from vastmgr.fleet.controller import service
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.shown import MONEY, MOVING, TICK, ShownRows, shown_values
 from vastmgr.fleet.models import HostStatus, Machine
