@@ -122,6 +122,21 @@ def test_relayed_scrapes_carry_their_origin_and_age_out(settings):
     assert value(scrape(), "vastmgr_controller_hosts_watched", controller="ctl-1") == 2
 
 
+def test_a_relay_stores_one_row_per_origin_with_its_latest_scrape():
+    """The controller stores all its hosts' scrapes in one upsert: a scrape from an origin
+    already stored replaces that row's text and time, a new origin gets its own row."""
+    from vastmgr.metrics.relay import _store
+
+    _store([("engine", "gpu-1", "a 1\n"), ("controller", "ctl-1", "c 1\n")])
+    first = RelayedMetrics.objects.get(source="engine", origin="gpu-1").fetched_at
+    _store([("engine", "gpu-1", "a 2\n"), ("engine", "gpu-2", "b 1\n")])
+    rows = {(r.source, r.origin): r for r in RelayedMetrics.objects.all()}
+    assert {key: r.text for key, r in rows.items()} == {
+        ("engine", "gpu-1"): "a 2\n", ("engine", "gpu-2"): "b 1\n",
+        ("controller", "ctl-1"): "c 1\n"}
+    assert rows["engine", "gpu-1"].fetched_at > first
+
+
 @pytest.mark.parametrize("path", ["/metrics", "/metrics/engines"])
 def test_who_may_read_metrics(settings, path):
     settings.VASTMGR_METRICS_TOKEN = ""
