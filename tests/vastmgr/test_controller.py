@@ -323,7 +323,7 @@ async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
         await controller.tick()
         await controller.record_history(controller.clock())
         host = controller.hosts[machine.pk]
-        assert host.status is not None and host.pushed_state == "live" and host.sampled
+        assert host.status is not None and host.pushed_state == "live" and host.sampled_at
         watcher = host.watcher
 
         await database_sync_to_async(Machine.objects.filter(pk=machine.pk).update)(enabled=False)

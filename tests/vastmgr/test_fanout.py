@@ -4,12 +4,15 @@ every viewer, no row may go back in seq, and host panels go only where someone w
 
 import asyncio
 import functools
+import itertools
 import json
+import math
 import os
 import re
 import secrets
 import time
 
+import aiohttp
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -354,6 +357,50 @@ def test_a_host_view_kept_from_an_earlier_render_is_the_one_a_new_render_makes()
             assert not differ, (what, differ)
         assert fleet_totals(views, now) == fleet_totals(fresh, now), what
     assert views[0] is kept[alpha.pk]  # kept, not made again, when nothing changed
+
+
+async def test_history_is_sampled_every_interval_per_host_spread_over_the_ticks():
+    """Each host's history is sampled every `history_every` seconds, its first snapshot at
+    once; the samples of a fleet are spread over the ticks (a thousand hosts sampled in one
+    tick held it for up to half a second), never leaving a host unsampled for long."""
+    from collections import defaultdict
+
+    from tests.vastmgr.live_engine import FakeClock
+    from vastmgr.fleet.models import HostSample
+
+    hosts, every, tick = 20, 10.0, 0.5
+    loadgen = LoadGenerator(hosts, RATE)
+    loadgen.running = False
+    await loadgen.start()
+    await database_sync_to_async(lambda: [
+        Machine.objects.create(name=f"lg-{i}", provider="local", host="127.0.0.1",
+                               engine_port=port) for i, port in enumerate(loadgen.ports)])()
+    clock = FakeClock()
+    controller = FleetController(publisher=LayerPublisher(), clock=clock, history_every=every)
+    controller.session = aiohttp.ClientSession()
+    try:
+        await controller.sync_machines()
+        await wait_until(lambda: all(h.live.connected and h.live.snapshot
+                                     for h in controller.hosts.values()))
+        per_call = []
+        for _ in range(int(3 * every / tick)):
+            before = await database_sync_to_async(HostSample.objects.count)()
+            await controller.record_history(clock.now)
+            per_call.append(await database_sync_to_async(HostSample.objects.count)() - before)
+            clock.advance(tick)
+    finally:
+        await controller.shutdown()
+        await loadgen.stop()
+    assert per_call[0] == hosts  # every host's first snapshot at once
+    assert max(per_call[1:]) <= math.ceil(hosts * tick / every)  # then spread
+    times = defaultdict(list)
+    for machine_id, at in await database_sync_to_async(lambda: list(
+            HostSample.objects.values_list("machine_id", "time")))():
+        times[machine_id].append(at.timestamp())
+    assert len(times) == hosts
+    for sampled in times.values():
+        gaps = [later - earlier for earlier, later in itertools.pairwise(sampled)]
+        assert len(sampled) >= 3 and all(every <= gap <= 2 * every for gap in gaps), gaps
 
 
 async def test_the_load_generator_sends_heartbeats_as_the_engine_does():

@@ -20,4 +20,4 @@ class HostState:
     status: HostStatus | None = None  # the status row last pushed and written
     stored_snapshot: object = None  # the snapshot (JSON) that row's last write stored
     idle_since: float | None = None  # a worker idle while synthesized work waits, since
-    sampled: bool = False  # has at least one history sample from this controller
+    sampled_at: float | None = None  # its last history sample from this controller

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import cast
 
 import aiohttp
 from channels.db import database_sync_to_async
@@ -76,7 +78,8 @@ class FleetController:
         self.actions: set[int] = set()
         self.background: set[asyncio.Task] = set()
         self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
-        self.last_sample = 0.0
+        self.last_sample = 0.0  # when history was last sampled (some hosts, each tick)
+        self.last_trim = 0.0  # when history older than `history_keep` was last dropped
         self.session: aiohttp.ClientSession | None = None
         self.viewers = ViewerRegistry(clock)
         self.dispatcher = Dispatcher(self)
@@ -198,13 +201,7 @@ class FleetController:
             await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.run_pass(now)
         await self.run_actions()
-        # A host's first snapshot is sampled at once: rates are counter differences between
-        # samples, so work done before a host's first sample would never show on its charts.
-        first_seen = any(host.live.connected and host.live.snapshot and not host.sampled
-                         for host in self.hosts.values())
-        if now - self.last_sample >= self.history_every or first_seen:
-            self.last_sample = now
-            await self.record_history(now)
+        await self.record_history(now)
 
     def _answers_for(self, machine_id: int) -> bool:
         """Whether this controller pushes the machine's row and panel: it watches it, or it is
@@ -467,17 +464,34 @@ class FleetController:
         self.actions.discard(action.pk)
 
     async def record_history(self, now: float) -> None:
+        """A history sample of each connected host every `history_every` seconds, spread over
+        the ticks: each call samples the hosts longest due, as many as the time since the last
+        call makes due at that rate (a thousand hosts sampled in one tick held it, and every
+        push waiting behind it, for up to half a second). A host's first snapshot is sampled at
+        once: rates are counter differences between samples, so work done before a host's
+        first sample would never show on its charts."""
+        connected = [host for host in self.hosts.values()
+                     if host.live.connected and host.live.snapshot_json()]
+        due = sorted((host for host in connected if host.sampled_at is not None
+                      and now - host.sampled_at >= self.history_every),
+                     key=lambda host: cast(float, host.sampled_at))
+        share = math.ceil(len(connected) * max(now - self.last_sample, 0.0) / self.history_every)
+        self.last_sample = now
+        chosen = [host for host in connected if host.sampled_at is None] + due[:share]
+        if not chosen:
+            return
         samples = []
-        for host in self.hosts.values():
-            snapshot = host.live.snapshot_json()
-            if not host.live.connected or not snapshot:
-                continue
-            samples.append(_sample(host.live, snapshot, now))
-            host.sampled = True
-        watched = [machine_id for machine_id in self.hosts
-                   if self.viewers.watched(fragments.host_group(machine_id))]
+        for host in chosen:
+            samples.append(_sample(host.live, cast(PartialSnapshot, host.live.snapshot_json()),
+                                   now))
+            host.sampled_at = now
+        watched = [host.live.machine_id for host in chosen
+                   if self.viewers.watched(fragments.host_group(host.live.machine_id))]
+        trim = now - self.last_trim >= self.history_every
+        if trim:
+            self.last_trim = now
         messages = await database_sync_to_async(_store_history)(
-            samples, now, self.history_keep, watched)
+            samples, now, self.history_keep if trim else None, watched)
         await self.publisher.send(messages)
 
 
@@ -520,11 +534,14 @@ def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample
         memory_used=memory.get("used_bytes", 0), memory_total=memory.get("total_bytes", 0))
 
 
-def _store_history(samples: list[HostSample], now: float, keep: float, watched: list[int]):
+def _store_history(samples: list[HostSample], now: float, keep: float | None,
+                   watched: list[int]):
+    """Store the samples; drop those older than `keep` seconds (None: not this time); the
+    charts of the `watched` hosts (sampled now), to push."""
     HostSample.objects.bulk_create(samples)
-    HostSample.objects.filter(time__lt=seen_at(now) - timedelta(seconds=keep)).delete()
-    sampled = {s.machine_id for s in samples}
-    machines = Machine.objects.filter(pk__in=[m for m in watched if m in sampled])
+    if keep is not None:
+        HostSample.objects.filter(time__lt=seen_at(now) - timedelta(seconds=keep)).delete()
+    machines = Machine.objects.filter(pk__in=watched)
     return [(fragments.host_group(m.pk), fragments.render_host_charts(m, now)) for m in machines]
 
 
