@@ -97,6 +97,33 @@ def test_cancelling_and_doubling_inside_buckets(lib, group):
     assert ours(lib, name, [p], [R_MINUS_1]) == -p
 
 
+def test_doubling_and_cancelling_inside_the_reduction(lib, group):
+    # window 6: 32 buckets reduced as 8 segments of 4 side by side (msm_reduce). Digits 4 and 3
+    # land in the top two buckets of segment 0, whose running and total sums then meet:
+    name, point_type, pts = group
+    p = pts[30]
+    # only the top bucket: total copies the running sum, then adds it again (a doubling)
+    assert ours(lib, name, [p], [4], window=6) == p * Scalar(4)
+    # B_3 = P, B_2 = -2P: running = -P after two steps, total = P: total + running cancels
+    assert ours(lib, name, [p, p * Scalar(-2 % MODULUS)], [4, 3], window=6) == -(p + p)
+    # B_3 = P, B_2 = -P: the running sum itself cancels, and comes back with B_0
+    q = pts[31]
+    assert ours(lib, name, [p, -p, q], [4, 3, 1 + 2 ** 64], window=6) == reference(
+        point_type, [p, -p, q], [4, 3, 1 + 2 ** 64])
+    # the same point in every bucket of every segment, and segments' sums equal to each other
+    scalars = list(range(1, 33)) * 2
+    assert ours(lib, name, [p] * 64, scalars, window=6) == p * Scalar(sum(scalars))
+
+
+@pytest.mark.parametrize("window", [2, 3, 19])
+def test_reduction_segment_edges(lib, group, window):
+    # 2 and 3: one bucket per segment; 19: the segments shrink to fit a batch
+    name, point_type, pts = group
+    scalars = [secrets.randbelow(MODULUS) for _ in range(30)] + [R_MINUS_1, 1, 0, 2 ** 200]
+    assert ours(lib, name, pts[:34], scalars, window=window, threads=2) == reference(
+        point_type, pts[:34], scalars)
+
+
 @pytest.mark.parametrize("window", [2, 5, 8, 13, 16])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_window_widths_and_thread_counts(lib, group, window, threads):
