@@ -337,20 +337,56 @@ static int G_(msm_reduce)(G_(msm_buckets_t) *bk, G_(jacobian_t) *out)
 }
 
 /* sum_k digits[w][k] * points[k] over the buckets of window w. */
+/* Folds replicas 1..R-1 of buckets [0, used) into replica 0 (batched like the sorting; the
+ * overflow sums add up directly), leaving the replicas empty. */
+static void G_(msm_fold_replicas)(G_(msm_buckets_t) *bk, int64_t used, int64_t replicas)
+{
+    for (int64_t r = 1; r < replicas; r++) {
+        for (int64_t b = 0; b < used; b++) {
+            const int64_t copy = r * used + b;
+            if (bk->state[copy] & 1) {
+                if (bk->count == bk->batch) G_(msm_next_batch)(bk);
+                G_(msm_place)(bk, (int32_t)b, &bk->bucket[copy]);
+            }
+            if (bk->state[copy] & 2) {
+                bk->overflow[b] = (bk->state[b] & 2) ? G_(add)(&bk->overflow[b], &bk->overflow[copy])
+                                                     : bk->overflow[copy];
+                bk->state[b] |= 2;
+            }
+            bk->state[copy] = 0;
+        }
+    }
+    while (bk->count > 0 || bk->waiting > 0) G_(msm_next_batch)(bk);
+}
+
+/* sum_k digits[w][k] * points[k] over the buckets of window w. A window whose digits reach
+ * only `used` buckets (the top one: r < 2^255 leaves it a few bits, so thousands of points
+ * share each bucket and would spill past the wait queue into Jacobian overflow additions)
+ * spreads its points over R = half / used replicas of those buckets, point k into replica
+ * k mod R, so its batches fill like any window's; the replicas are folded after. */
 static int G_(msm_window)(G_(msm_ctx_t) *ctx, unsigned int w, G_(jacobian_t) *out)
 {
     G_(msm_buckets_t) bk;
     if (G_(msm_buckets_alloc)(&bk, ctx->c) != 0) return -1;
     const int32_t *digits = ctx->digits + (int64_t)w * ctx->m;
+    int64_t used = 0;
+    for (int64_t k = 0; k < ctx->m; k++) {
+        const int64_t magnitude = digits[k] > 0 ? digits[k] : -(int64_t)digits[k];
+        if (magnitude > used) used = magnitude;
+    }
+    int64_t replicas = 1;
+    while (used > 0 && 2 * replicas * used <= bk.half) replicas *= 2;
     for (int64_t k = 0; k < ctx->m; k++) {
         const int32_t d = digits[k];
         if (d == 0) continue;
         G_(affine_t) p = ctx->points[k];
         if (d < 0) p.y = F_(neg)(&p.y);
         if (bk.count == bk.batch) G_(msm_next_batch)(&bk);
-        G_(msm_place)(&bk, (d > 0 ? d : -d) - 1, &p);
+        const int64_t bucket = (d > 0 ? d : -d) - 1 + used * (k & (replicas - 1));
+        G_(msm_place)(&bk, (int32_t)bucket, &p);
     }
     while (bk.count > 0 || bk.waiting > 0) G_(msm_next_batch)(&bk);
+    if (replicas > 1) G_(msm_fold_replicas)(&bk, used, replicas);
     const int rc = G_(msm_reduce)(&bk, out);
     G_(msm_buckets_free)(&bk);
     return rc;

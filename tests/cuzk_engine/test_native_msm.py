@@ -143,14 +143,30 @@ def test_rejects_mismatched_lengths(lib):
         lib.msm("g1", xy, limbs([1]), window=21)
 
 
+# digit 128 (the top bucket at window 8) in every window but the top one: windows whose digits
+# reach every bucket get no replicas
+TOP_DIGITS = sum(128 << (8 * w) for w in range(31))
+
+
 @pytest.mark.parametrize("scalar", [3, R_MINUS_1 - 2])
 def test_one_repeated_digit_fills_the_wait_queue_and_the_overflow(lib, group, scalar):
-    # every point lands in the same bucket of each window: one fills it, one is pending, a
-    # batch's worth waits for the next batch and the rest goes to the Jacobian overflow
+    # every other point lands in the same bucket of each window: one fills it, one is pending,
+    # a batch's worth waits for the next batch and the rest goes to the Jacobian overflow
     name, point_type, pts = group
-    scalars = [scalar] * len(pts)
+    scalars = [scalar] * (len(pts) - 1) + [TOP_DIGITS]
     expected = reference(point_type, pts, scalars)
     assert ours(lib, name, pts, scalars, window=8, threads=2) == expected
+
+
+def test_replicated_buckets_of_a_narrow_window_overflow_and_fold(lib, group):
+    # scalar 3 reaches 3 of window 8's 128 buckets: the points spread over 32 replicas of them,
+    # each replica still gets more than a batch and a wait queue of one bucket (overflow
+    # sums in replica 0 and in the others, folded together), and 5 reaches a 5th bucket
+    name, point_type, pts = group
+    repeats = 16
+    scalars = [3] * (repeats * len(pts) - 1) + [5]
+    got = ours(lib, name, pts * repeats, scalars, window=8, threads=2)
+    assert got == reference(point_type, pts, [3 * repeats] * (len(pts) - 1) + [3 * repeats + 2])
 
 
 def test_bench_msm_prints_json_and_a_table(lib, capsys):
