@@ -26,9 +26,10 @@ typedef struct {
     const fr_limb *scalars;      /* n x 4 canonical */
     int64_t *general;            /* indices of the general points, then of the ones */
     int64_t m, n_ones;
+    int64_t count;               /* points in the buckets: 2m, each general point and its image */
     int64_t nonzero_digits;      /* bucket additions, summed by the prepare threads */
-    G_(affine_t) *points;        /* m general points, Montgomery */
-    int32_t *digits;             /* window-major: digits[w * m + k] */
+    G_(affine_t) *points;        /* the m general points (Montgomery), then their images */
+    int32_t *digits;             /* window-major: digits[w * count + k] */
     unsigned int c, windows;
     G_(jacobian_t) *sums;        /* windows + 1: the window sums, then the ones-sum */
     int threads;
@@ -67,14 +68,18 @@ static void *G_(msm_prepare)(void *raw)
     for (int64_t k = lo; k < hi; k++) {
         const int64_t i = ctx->general[k];
         ctx->points[k] = G_(load_affine)(ctx->bases + 2 * MSM_COORD_LIMBS * i);
-        const fr_limb *s = ctx->scalars + 4 * i;
-        int64_t carry = 0;
-        for (unsigned int w = 0; w < ctx->windows; w++) {
-            int64_t d = (int64_t)msm_window_digit(s, w, ctx->c) + carry;
-            carry = d > half;
-            if (carry) d -= 2 * half;
-            ctx->digits[(int64_t)w * ctx->m + k] = (int32_t)d;
-            nonzero += d != 0;
+        ctx->points[ctx->m + k] = G_(endomorphism)(&ctx->points[k]);
+        fr_limb halves[2][4];
+        msm_glv_split(ctx->scalars + 4 * i, halves[0], halves[1]);
+        for (int h = 0; h < 2; h++) {
+            int64_t carry = 0;
+            for (unsigned int w = 0; w < ctx->windows; w++) {
+                int64_t d = (int64_t)msm_window_digit(halves[h], w, ctx->c) + carry;
+                carry = d > half;
+                if (carry) d -= 2 * half;
+                ctx->digits[(int64_t)w * ctx->count + h * ctx->m + k] = (int32_t)d;
+                nonzero += d != 0;
+            }
         }
     }
     __atomic_fetch_add(&ctx->nonzero_digits, nonzero, __ATOMIC_RELAXED);
@@ -368,15 +373,15 @@ static int G_(msm_window)(G_(msm_ctx_t) *ctx, unsigned int w, G_(jacobian_t) *ou
 {
     G_(msm_buckets_t) bk;
     if (G_(msm_buckets_alloc)(&bk, ctx->c) != 0) return -1;
-    const int32_t *digits = ctx->digits + (int64_t)w * ctx->m;
+    const int32_t *digits = ctx->digits + (int64_t)w * ctx->count;
     int64_t used = 0;
-    for (int64_t k = 0; k < ctx->m; k++) {
+    for (int64_t k = 0; k < ctx->count; k++) {
         const int64_t magnitude = digits[k] > 0 ? digits[k] : -(int64_t)digits[k];
         if (magnitude > used) used = magnitude;
     }
     int64_t replicas = 1;
     while (used > 0 && 2 * replicas * used <= bk.half) replicas *= 2;
-    for (int64_t k = 0; k < ctx->m; k++) {
+    for (int64_t k = 0; k < ctx->count; k++) {
         const int32_t d = digits[k];
         if (d == 0) continue;
         G_(affine_t) p = ctx->points[k];
@@ -474,10 +479,11 @@ int G_(msm)(fr_limb *out, const fr_limb *bases, const fr_limb *scalars, int64_t 
     }
     ctx.n_ones = n - back;
     memmove(ctx.general + ctx.m, ctx.general + back, sizeof(int64_t) * (size_t)ctx.n_ones);
-    ctx.c = c ? c : msm_choose_window(ctx.m);
-    ctx.windows = (256 + ctx.c - 1) / ctx.c;
-    ctx.points = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * (size_t)(ctx.m > 0 ? ctx.m : 1));
-    ctx.digits = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ctx.m > 0 ? ctx.m : 1) * ctx.windows);
+    ctx.count = 2 * ctx.m;
+    ctx.c = c ? c : msm_choose_window(ctx.count, MSM_GLV_BITS);
+    ctx.windows = (MSM_GLV_BITS + ctx.c - 1) / ctx.c;
+    ctx.points = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * (size_t)(ctx.count > 0 ? ctx.count : 1));
+    ctx.digits = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ctx.count > 0 ? ctx.count : 1) * ctx.windows);
     ctx.sums = (G_(jacobian_t) *)malloc(sizeof(G_(jacobian_t)) * (ctx.windows + 1));
     if (!ctx.points || !ctx.digits || !ctx.sums) goto done;
     G_(msm_parallel)(&ctx, G_(msm_prepare));

@@ -124,6 +124,32 @@ def test_reduction_segment_edges(lib, group, window):
         point_type, pts[:34], scalars)
 
 
+# GLV: k = k1 + k2 * LAMBDA with k2 = floor(k / LAMBDA) and k1 = k mod LAMBDA (msm_host.c)
+LAMBDA = 0xd201000000010000 ** 2 - 1
+GLV_EDGES = [LAMBDA - 1, LAMBDA, LAMBDA + 1, 2 * LAMBDA - 1, 2 * LAMBDA, LAMBDA ** 2 - 1,
+             LAMBDA ** 2, LAMBDA ** 2 + LAMBDA - 1, R_MINUS_1, (LAMBDA + 1) * LAMBDA - 1,
+             2 ** 128 - 1, 2 ** 128, 2 ** 254, 5 * LAMBDA + 3, (2 ** 127) * LAMBDA]
+
+
+def test_glv_lambda_is_a_cube_root_of_unity():
+    assert (LAMBDA ** 2 + LAMBDA + 1) % MODULUS == 0
+    assert all(0 < k < MODULUS for k in GLV_EDGES)
+
+
+def test_glv_split_edges_match_arkworks(lib, group):
+    # the halves at their extremes (k1 = 0 or LAMBDA - 1, k2 = 0, 1 or LAMBDA + 1), the
+    # quotient estimate's corrections, and one point per scalar and all of them in one MSM
+    name, point_type, pts = group
+    for k, p in zip(GLV_EDGES, pts[20:]):
+        assert ours(lib, name, [p], [k]) == p * Scalar(k), hex(k)
+        assert ours(lib, name, [p], [MODULUS - k]) == -(p * Scalar(k)), hex(k)
+    scalars = GLV_EDGES + [MODULUS - k for k in GLV_EDGES]
+    points = pts[40:40 + len(scalars)]
+    for window in (0, 4, 13):
+        assert ours(lib, name, points, scalars, window=window, threads=2) == reference(
+            point_type, points, scalars)
+
+
 @pytest.mark.parametrize("window", [2, 5, 8, 13, 16])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_window_widths_and_thread_counts(lib, group, window, threads):
