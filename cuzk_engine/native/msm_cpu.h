@@ -7,9 +7,11 @@
  *   1. classify: zero scalars and infinite bases are dropped; the bases whose scalar is 1 are
  *      summed directly (witness values are often 0/1: each costs one addition, not a pass
  *      per window); the rest are "general".
- *   2. per general point (split over threads by ranges): the base enters Montgomery form and the
- *      scalar is cut into W = ceil(256 / c) signed c-bit digits in [-2^(c-1), 2^(c-1)], so a
- *      window has 2^(c-1) buckets and a negative digit adds the negated point.
+ *   2. per general point (split over threads by ranges): the base enters Montgomery form, its
+ *      image lambda * P = G_(endomorphism)(P) joins it, and the scalar splits into two halves
+ *      below 2^128 (msm_glv_split, msm_host.c), each cut into W = ceil(129 / c) signed c-bit
+ *      digits in [-2^(c-1), 2^(c-1)], so a window has 2^(c-1) buckets and a negative digit
+ *      adds the negated point.
  *   3. jobs (taken by threads from a shared counter): one per window, plus the ones-sum. A
  *      window job sorts its points into buckets with affine additions batched over one shared
  *      inversion, then reduces the buckets by running sums over segments of them, advanced
