@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cuzk_engine import circuits, groth16
@@ -82,19 +83,29 @@ def _write_atomically(out: Path, files: dict[str, bytes]) -> None:
         raise
 
 
+def _timed_load(cache: Path, cid: str) -> tuple[groth16.Parameters, float]:
+    t0 = time.perf_counter()
+    params = groth16.load_parameters(cache, cid)
+    return params, time.perf_counter() - t0
+
+
 def cmd_prove(args: argparse.Namespace) -> int:
     cache = param_cache(args)
     kind, profile, seed = args.kind, args.profile, args.seed
     cid = circuits.circuit_id(kind, profile)
     setup_s = _ensure(cache, kind, profile)
-    t0 = time.perf_counter()
-    params = groth16.load_parameters(cache, cid)
-    load_s = time.perf_counter() - t0
     backend = select_backend(args.backend)
     proofs, inputs, parts = [], [], []
     started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # reading and digesting the parameter file release the GIL: it overlaps the first
+        # partition's synthesis (pure Python) instead of preceding it
+        loading = pool.submit(_timed_load, cache, cid)
+        synth = synthesize(kind, profile, seed, 0)
+        params, load_s = loading.result()
     for partition in range(circuits.partition_count(kind, profile)):
-        synth = synthesize(kind, profile, seed, partition)
+        if partition:
+            synth = synthesize(kind, profile, seed, partition)
         proof = groth16.prove(synth, params, backend)
         if not groth16.verify(params.vk, synth.public_inputs, proof):
             raise InvalidRequest(f"partition {partition}: the fresh proof does not verify")

@@ -137,7 +137,11 @@ HD fp_t fp_neg(const fp_t *a)
     return fp_sub(&p, a);
 }
 
+#ifdef FP_HAS_HOST_SQR
+/* fp_x64.h's: inlined into the MSM's addition loops like its products */
+#else
 HD fp_t fp_sqr(const fp_t *a) { return fp_mul(a, a); }
+#endif
 
 HD fp_t fp_to_mont(const fp_t *a)
 {

@@ -7,12 +7,15 @@
  *   1. classify: zero scalars and infinite bases are dropped; the bases whose scalar is 1 are
  *      summed directly (witness values are often 0/1: each costs one addition, not a pass
  *      per window); the rest are "general".
- *   2. per general point (split over threads by ranges): the base enters Montgomery form and the
- *      scalar is cut into W = ceil(256 / c) signed c-bit digits in [-2^(c-1), 2^(c-1)], so a
- *      window has 2^(c-1) buckets and a negative digit adds the negated point.
+ *   2. per general point (split over threads by ranges): the base enters Montgomery form, its
+ *      image lambda * P = G_(endomorphism)(P) joins it, and the scalar splits into two halves
+ *      below 2^128 (msm_glv_split, msm_host.c), each cut into W = ceil(129 / c) signed c-bit
+ *      digits in [-2^(c-1), 2^(c-1)], so a window has 2^(c-1) buckets and a negative digit
+ *      adds the negated point.
  *   3. jobs (taken by threads from a shared counter): one per window, plus the ones-sum. A
  *      window job sorts its points into buckets with affine additions batched over one shared
- *      inversion, then reduces the buckets by a running sum.
+ *      inversion, then reduces the buckets by running sums over segments of them, advanced
+ *      side by side in batches of affine additions too (msm_reduce).
  *   4. the window sums are combined by Horner's rule (c doublings between windows).
  * Returns 0, or -1 when memory could not be allocated. `stats`, when not NULL, receives the
  * MSM_STAT_* counts. */
@@ -25,9 +28,10 @@ typedef struct {
     const fr_limb *scalars;      /* n x 4 canonical */
     int64_t *general;            /* indices of the general points, then of the ones */
     int64_t m, n_ones;
+    int64_t count;               /* points in the buckets: 2m, each general point and its image */
     int64_t nonzero_digits;      /* bucket additions, summed by the prepare threads */
-    G_(affine_t) *points;        /* m general points, Montgomery */
-    int32_t *digits;             /* window-major: digits[w * m + k] */
+    G_(affine_t) *points;        /* the m general points (Montgomery), then their images */
+    int32_t *digits;             /* window-major: digits[w * count + k] */
     unsigned int c, windows;
     G_(jacobian_t) *sums;        /* windows + 1: the window sums, then the ones-sum */
     int threads;
@@ -66,14 +70,18 @@ static void *G_(msm_prepare)(void *raw)
     for (int64_t k = lo; k < hi; k++) {
         const int64_t i = ctx->general[k];
         ctx->points[k] = G_(load_affine)(ctx->bases + 2 * MSM_COORD_LIMBS * i);
-        const fr_limb *s = ctx->scalars + 4 * i;
-        int64_t carry = 0;
-        for (unsigned int w = 0; w < ctx->windows; w++) {
-            int64_t d = (int64_t)msm_window_digit(s, w, ctx->c) + carry;
-            carry = d > half;
-            if (carry) d -= 2 * half;
-            ctx->digits[(int64_t)w * ctx->m + k] = (int32_t)d;
-            nonzero += d != 0;
+        ctx->points[ctx->m + k] = G_(endomorphism)(&ctx->points[k]);
+        fr_limb halves[2][4];
+        msm_glv_split(ctx->scalars + 4 * i, halves[0], halves[1]);
+        for (int h = 0; h < 2; h++) {
+            int64_t carry = 0;
+            for (unsigned int w = 0; w < ctx->windows; w++) {
+                int64_t d = (int64_t)msm_window_digit(halves[h], w, ctx->c) + carry;
+                carry = d > half;
+                if (carry) d -= 2 * half;
+                ctx->digits[(int64_t)w * ctx->count + h * ctx->m + k] = (int32_t)d;
+                nonzero += d != 0;
+            }
         }
     }
     __atomic_fetch_add(&ctx->nonzero_digits, nonzero, __ATOMIC_RELAXED);
@@ -149,9 +157,12 @@ static int G_(msm_buckets_alloc)(G_(msm_buckets_t) *bk, unsigned int c)
     return 0;
 }
 
-/* Applies the pending additions bucket[b] += point: one inversion for all denominators
- * (Montgomery's trick), then lambda, x3 = lambda^2 - x1 - x2, y3 = lambda (x1 - x3) - y1. */
-static void G_(msm_flush)(G_(msm_buckets_t) *bk, int64_t count)
+/* Applies the pending additions acc[b] += point (b = entry_bucket, point = entry_point; acc is
+ * the buckets while sorting, the running and total sums while reducing): one inversion for all
+ * denominators (Montgomery's trick), then lambda, x3 = lambda^2 - x1 - x2,
+ * y3 = lambda (x1 - x3) - y1. A sum that cancels leaves `state` bit 1 (non-empty) cleared. */
+static void G_(msm_flush)(G_(msm_buckets_t) *bk, G_(affine_t) *acc_points, uint8_t *state,
+                          int64_t count)
 {
     if (count == 0) return;
     /* four interleaved product chains instead of one: consecutive entries multiply into
@@ -160,7 +171,7 @@ static void G_(msm_flush)(G_(msm_buckets_t) *bk, int64_t count)
     F_(t) acc[MSM_LANES];
     for (int l = 0; l < MSM_LANES; l++) acc[l] = F_(one)();
     for (int64_t e = 0; e < count; e++) {
-        const G_(affine_t) *a = &bk->bucket[bk->entry_bucket[e]];
+        const G_(affine_t) *a = &acc_points[bk->entry_bucket[e]];
         const G_(affine_t) *p = &bk->entry_point[e];
         if (!F_(eq)(&a->x, &p->x)) {
             bk->entry_kind[e] = MSM_ADD;
@@ -193,9 +204,9 @@ static void G_(msm_flush)(G_(msm_buckets_t) *bk, int64_t count)
         const F_(t) den_inv = F_(mul)(lane, &bk->entry_prefix[e]);
         *lane = F_(mul)(lane, &bk->entry_den[e]);
         const int32_t b = bk->entry_bucket[e];
-        G_(affine_t) *a = &bk->bucket[b];
+        G_(affine_t) *a = &acc_points[b];
         if (bk->entry_kind[e] == MSM_CANCEL) {
-            bk->state[b] &= (uint8_t)~1u;
+            state[b] &= (uint8_t)~1u;
             continue;
         }
         F_(t) num;
@@ -245,7 +256,7 @@ static void G_(msm_place)(G_(msm_buckets_t) *bk, int32_t b, const G_(affine_t) *
 /* Applies the batch, then opens the next one with the queued entries (at most `batch`). */
 static void G_(msm_next_batch)(G_(msm_buckets_t) *bk)
 {
-    G_(msm_flush)(bk, bk->count);
+    G_(msm_flush)(bk, bk->bucket, bk->state, bk->count);
     bk->count = 0;
     bk->batch_id++;
     int32_t *tb = bk->retry_bucket;
@@ -260,32 +271,132 @@ static void G_(msm_next_batch)(G_(msm_buckets_t) *bk)
         G_(msm_place)(bk, bk->retry_bucket[e], &bk->retry_point[e]);
 }
 
+/* acc[k] += p for the reduction's sums: a copy into an empty sum, else a batch entry. */
+static void G_(msm_accumulate)(G_(msm_buckets_t) *bk, G_(affine_t) *acc, uint8_t *state,
+                               int32_t k, const G_(affine_t) *p)
+{
+    if (!(state[k] & 1)) {
+        acc[k] = *p;
+        state[k] |= 1;
+        return;
+    }
+    bk->entry_bucket[bk->count] = k;
+    bk->entry_point[bk->count] = *p;
+    bk->count++;
+}
+
+/* The window's sum, sum_b (b + 1) * B_b. A single running sum (running += B_b, total +=
+ * running, from the top bucket down) would cost two Jacobian additions per bucket, more than
+ * sorting the points took. Instead the buckets are cut into S segments of L, whose running
+ * sums advance side by side, so each of the L steps is one batch of 2S affine additions
+ * sharing one inversion. In a step, total_s += running_s comes before running_s += B_b (the
+ * two are independent, so they share the batch); after the L steps
+ *   total_s = sum_j j * B_{sL+j},  running_s = R_s = sum_j B_{sL+j},
+ * and the window's sum is sum_s (total_s + R_s) + L * sum_s s * R_s, the last sum by a short
+ * Jacobian running sum over the segments. Buckets that spilled into the Jacobian overflow
+ * (a digit repeated past the wait queue: a few at most) add (b + 1) * overflow_b directly. */
+static int G_(msm_reduce)(G_(msm_buckets_t) *bk, G_(jacobian_t) *out)
+{
+    /* ~sqrt(2 * half) segments (never more than half) balance the steps' inversions against
+     * the Jacobian tail; a step's 2S entries must fit a batch (which binds from c = 19) */
+    int64_t segments = (int64_t)1 << ((__builtin_ctzll((unsigned long long)bk->half) + 2) / 2);
+    while (2 * segments > bk->batch) segments /= 2;
+    const int64_t per_segment = bk->half / segments;
+    G_(affine_t) *acc = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * 2 * (size_t)segments);
+    uint8_t *state = (uint8_t *)calloc(2 * (size_t)segments, 1);
+    if (!acc || !state) {
+        free(acc);
+        free(state);
+        return -1;
+    }
+    G_(affine_t) *running = acc, *total = acc + segments;
+    uint8_t *running_state = state, *total_state = state + segments;
+    for (int64_t j = per_segment - 1; j >= 0; j--) {
+        bk->count = 0;
+        for (int64_t s = 0; s < segments; s++) {
+            if (running_state[s] & 1) G_(msm_accumulate)(bk, acc, state, (int32_t)(segments + s), &running[s]);
+            const int64_t b = s * per_segment + j;
+            if (bk->state[b] & 1) G_(msm_accumulate)(bk, acc, state, (int32_t)s, &bk->bucket[b]);
+        }
+        G_(msm_flush)(bk, acc, state, bk->count);
+    }
+    bk->count = 0;
+    G_(jacobian_t) sum = G_(infinity)(), suffix = G_(infinity)(), weighted = G_(infinity)();
+    for (int64_t s = segments - 1; s >= 0; s--) {
+        if (total_state[s] & 1) sum = G_(add_mixed)(&sum, &total[s]);
+        if (running_state[s] & 1) {
+            sum = G_(add_mixed)(&sum, &running[s]);
+            suffix = G_(add_mixed)(&suffix, &running[s]);
+        }
+        if (s > 0) weighted = G_(add)(&weighted, &suffix); /* R_s counted s times */
+    }
+    for (int64_t l = per_segment; l > 1; l /= 2) weighted = G_(dbl)(&weighted);
+    sum = G_(add)(&sum, &weighted);
+    for (int64_t b = 0; b < bk->half; b++) {
+        if (!(bk->state[b] & 2)) continue;
+        const G_(jacobian_t) spilled = G_(mul_small)(&bk->overflow[b], (fr_limb)(b + 1));
+        sum = G_(add)(&sum, &spilled);
+    }
+    free(acc);
+    free(state);
+    *out = sum;
+    return 0;
+}
+
 /* sum_k digits[w][k] * points[k] over the buckets of window w. */
+/* Folds replicas 1..R-1 of buckets [0, used) into replica 0 (batched like the sorting; the
+ * overflow sums add up directly), leaving the replicas empty. */
+static void G_(msm_fold_replicas)(G_(msm_buckets_t) *bk, int64_t used, int64_t replicas)
+{
+    for (int64_t r = 1; r < replicas; r++) {
+        for (int64_t b = 0; b < used; b++) {
+            const int64_t copy = r * used + b;
+            if (bk->state[copy] & 1) {
+                if (bk->count == bk->batch) G_(msm_next_batch)(bk);
+                G_(msm_place)(bk, (int32_t)b, &bk->bucket[copy]);
+            }
+            if (bk->state[copy] & 2) {
+                bk->overflow[b] = (bk->state[b] & 2) ? G_(add)(&bk->overflow[b], &bk->overflow[copy])
+                                                     : bk->overflow[copy];
+                bk->state[b] |= 2;
+            }
+            bk->state[copy] = 0;
+        }
+    }
+    while (bk->count > 0 || bk->waiting > 0) G_(msm_next_batch)(bk);
+}
+
+/* sum_k digits[w][k] * points[k] over the buckets of window w. A window whose digits reach
+ * only `used` buckets (the top one: r < 2^255 leaves it a few bits, so thousands of points
+ * share each bucket and would spill past the wait queue into Jacobian overflow additions)
+ * spreads its points over R = half / used replicas of those buckets, point k into replica
+ * k mod R, so its batches fill like any window's; the replicas are folded after. */
 static int G_(msm_window)(G_(msm_ctx_t) *ctx, unsigned int w, G_(jacobian_t) *out)
 {
     G_(msm_buckets_t) bk;
     if (G_(msm_buckets_alloc)(&bk, ctx->c) != 0) return -1;
-    const int32_t *digits = ctx->digits + (int64_t)w * ctx->m;
-    for (int64_t k = 0; k < ctx->m; k++) {
+    const int32_t *digits = ctx->digits + (int64_t)w * ctx->count;
+    int64_t used = 0;
+    for (int64_t k = 0; k < ctx->count; k++) {
+        const int64_t magnitude = digits[k] > 0 ? digits[k] : -(int64_t)digits[k];
+        if (magnitude > used) used = magnitude;
+    }
+    int64_t replicas = 1;
+    while (used > 0 && 2 * replicas * used <= bk.half) replicas *= 2;
+    for (int64_t k = 0; k < ctx->count; k++) {
         const int32_t d = digits[k];
         if (d == 0) continue;
         G_(affine_t) p = ctx->points[k];
         if (d < 0) p.y = F_(neg)(&p.y);
         if (bk.count == bk.batch) G_(msm_next_batch)(&bk);
-        G_(msm_place)(&bk, (d > 0 ? d : -d) - 1, &p);
+        const int64_t bucket = (d > 0 ? d : -d) - 1 + used * (k & (replicas - 1));
+        G_(msm_place)(&bk, (int32_t)bucket, &p);
     }
     while (bk.count > 0 || bk.waiting > 0) G_(msm_next_batch)(&bk);
-    /* sum_b (b + 1) * B_b: the running sum adds B_b once for every bucket at or below it */
-    G_(jacobian_t) running = G_(infinity)();
-    G_(jacobian_t) total = G_(infinity)();
-    for (int64_t b = bk.half - 1; b >= 0; b--) {
-        if (bk.state[b] & 1) running = G_(add_mixed)(&running, &bk.bucket[b]);
-        if (bk.state[b] & 2) running = G_(add)(&running, &bk.overflow[b]);
-        total = G_(add)(&total, &running);
-    }
+    if (replicas > 1) G_(msm_fold_replicas)(&bk, used, replicas);
+    const int rc = G_(msm_reduce)(&bk, out);
     G_(msm_buckets_free)(&bk);
-    *out = total;
-    return 0;
+    return rc;
 }
 
 static void G_(msm_ones)(G_(msm_ctx_t) *ctx, G_(jacobian_t) *out)
@@ -370,10 +481,11 @@ int G_(msm)(fr_limb *out, const fr_limb *bases, const fr_limb *scalars, int64_t 
     }
     ctx.n_ones = n - back;
     memmove(ctx.general + ctx.m, ctx.general + back, sizeof(int64_t) * (size_t)ctx.n_ones);
-    ctx.c = c ? c : msm_choose_window(ctx.m);
-    ctx.windows = (256 + ctx.c - 1) / ctx.c;
-    ctx.points = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * (size_t)(ctx.m > 0 ? ctx.m : 1));
-    ctx.digits = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ctx.m > 0 ? ctx.m : 1) * ctx.windows);
+    ctx.count = 2 * ctx.m;
+    ctx.c = c ? c : msm_choose_window(ctx.count, MSM_GLV_BITS);
+    ctx.windows = (MSM_GLV_BITS + ctx.c - 1) / ctx.c;
+    ctx.points = (G_(affine_t) *)malloc(sizeof(G_(affine_t)) * (size_t)(ctx.count > 0 ? ctx.count : 1));
+    ctx.digits = (int32_t *)malloc(sizeof(int32_t) * (size_t)(ctx.count > 0 ? ctx.count : 1) * ctx.windows);
     ctx.sums = (G_(jacobian_t) *)malloc(sizeof(G_(jacobian_t)) * (ctx.windows + 1));
     if (!ctx.points || !ctx.digits || !ctx.sums) goto done;
     G_(msm_parallel)(&ctx, G_(msm_prepare));

@@ -50,22 +50,96 @@ static void fp2_store_canonical(fr_limb *dst, const fp2_t *a)
     fp_store_canonical(dst + FP_LIMBS, &a->c1);
 }
 
-/* The window width c minimising ceil(256 / c) * (m bucket additions + 0.6 * 2^c), the second
- * term standing for the reduction of 2^(c-1) buckets (a mixed and a full Jacobian addition
- * each) and for the cache misses of wider bucket arrays. The factor is fitted to measurements
- * (best c: 12 at 2^14 points, 13 at 2^16). */
-static unsigned int msm_choose_window(int64_t m)
+/* The window width c minimising ceil(bits / c) * (m bucket additions + 0.8 * 2^c) for m points
+ * with scalars of `bits` bits, the second term standing for the reduction of 2^(c-1) buckets
+ * and for the cache misses of wider bucket arrays. The factor is fitted to measurements. */
+static unsigned int msm_choose_window(int64_t m, unsigned int bits)
 {
     unsigned int best = 2;
     double best_cost = 0;
     for (unsigned int c = 2; c <= 20; c++) {
-        const double cost = (double)((256 + c - 1) / c) * ((double)m + 0.6 * (double)(1 << c));
+        const double cost = (double)((bits + c - 1) / c) * ((double)m + 0.8 * (double)(1 << c));
         if (c == 2 || cost < best_cost) {
             best = c;
             best_cost = cost;
         }
     }
     return best;
+}
+
+/* GLV: lambda = z^2 - 1 is a cube root of unity mod r (lambda^2 + lambda + 1 = r, z the curve's
+ * parameter), and on both groups lambda * (x, y) = (beta x, y) for a cube root of unity beta in
+ * Fp (a different one for G1 and G2; both checked against arkworks by the tests). A scalar
+ * k < r splits as k = k1 + k2 lambda with k2 = floor(k / lambda) <= lambda + 1 and
+ * k1 = k mod lambda, both below 2^128: the MSM then runs over 2m points with 128-bit scalars,
+ * the same bucket additions in half the windows, so half the reductions and doublings. */
+static const fr_limb msm_glv_lambda[2] = {0x00000000ffffffffULL, 0xac45a4010001a402ULL};
+/* floor(2^256 / lambda): for k < 2^255, k mu / 2^256 is within 1/2 below k / lambda, so its
+ * floor is floor(k / lambda) or one less */
+static const fr_limb msm_glv_mu[3] = {0x63f6e522f6cfee30ULL, 0x7c6becf1e01faaddULL, 1};
+#define MSM_GLV_BITS 129 /* the halves' bits plus the signed digits' final carry */
+
+typedef unsigned __int128 msm_u128;
+
+static fr_limb msm_sub_borrow(fr_limb a, fr_limb b, fr_limb *borrow)
+{
+    const msm_u128 t = (msm_u128)a - b - *borrow;
+    *borrow = (fr_limb)(t >> 64) & 1;
+    return (fr_limb)t;
+}
+
+static void msm_glv_split(const fr_limb *k, fr_limb k1[4], fr_limb k2[4])
+{
+    typedef msm_u128 u128;
+    fr_limb prod[7] = {0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        fr_limb carry = 0;
+        for (int j = 0; j < 3; j++) {
+            const u128 t = (u128)k[i] * msm_glv_mu[j] + prod[i + j] + carry;
+            prod[i + j] = (fr_limb)t;
+            carry = (fr_limb)(t >> 64);
+        }
+        prod[i + 3] = carry;
+    }
+    fr_limb q0 = prod[4], q1 = prod[5]; /* q < 2^128 */
+    /* rem = k - q lambda, exact in three limbs (it is below 2 lambda) */
+    const u128 a = (u128)q0 * msm_glv_lambda[0];
+    const u128 b = (u128)q0 * msm_glv_lambda[1] + (fr_limb)(a >> 64);
+    const u128 c = (u128)q1 * msm_glv_lambda[0] + (fr_limb)b;
+    const fr_limb ql[3] = {(fr_limb)a, (fr_limb)c,
+                           (fr_limb)(b >> 64) + (fr_limb)(c >> 64) + q1 * msm_glv_lambda[1]};
+    fr_limb borrow = 0, rem[3];
+    for (int i = 0; i < 3; i++) rem[i] = msm_sub_borrow(k[i], ql[i], &borrow);
+    if (rem[2] != 0 || rem[1] > msm_glv_lambda[1]
+           || (rem[1] == msm_glv_lambda[1] && rem[0] >= msm_glv_lambda[0])) {
+        borrow = 0;
+        rem[0] = msm_sub_borrow(rem[0], msm_glv_lambda[0], &borrow);
+        rem[1] = msm_sub_borrow(rem[1], msm_glv_lambda[1], &borrow);
+        rem[2] = msm_sub_borrow(rem[2], 0, &borrow);
+        q1 += ++q0 == 0;
+    }
+    k1[0] = rem[0], k1[1] = rem[1], k1[2] = 0, k1[3] = 0;
+    k2[0] = q0, k2[1] = q1, k2[2] = 0, k2[3] = 0;
+}
+
+/* lambda * P: (beta x, y), beta in Montgomery form */
+static g1_affine_t g1_endomorphism(const g1_affine_t *p)
+{
+    static const fp_t beta = {{0xcd03c9e48671f071ULL, 0x5dab22461fcda5d2ULL, 0x587042afd3851b95ULL,
+                               0x8eb60ebe01bacb9eULL, 0x03f97d6e83d050d2ULL, 0x18f0206554638741ULL}};
+    g1_affine_t r = *p;
+    r.x = fp_mul(&p->x, &beta);
+    return r;
+}
+
+static g2_affine_t g2_endomorphism(const g2_affine_t *p)
+{
+    static const fp_t beta = {{0x30f1361b798a64e8ULL, 0xf3b8ddab7ece5a2aULL, 0x16a8ca3ac61577f7ULL,
+                               0xc26a2ff874fd029bULL, 0x3636b76660701c6eULL, 0x051ba4ab241b6160ULL}};
+    g2_affine_t r = *p;
+    r.x.c0 = fp_mul(&p->x.c0, &beta);
+    r.x.c1 = fp_mul(&p->x.c1, &beta);
+    return r;
 }
 
 #define JAC_GROUP g1

@@ -97,6 +97,59 @@ def test_cancelling_and_doubling_inside_buckets(lib, group):
     assert ours(lib, name, [p], [R_MINUS_1]) == -p
 
 
+def test_doubling_and_cancelling_inside_the_reduction(lib, group):
+    # window 6: 32 buckets reduced as 8 segments of 4 side by side (msm_reduce). Digits 4 and 3
+    # land in the top two buckets of segment 0, whose running and total sums then meet:
+    name, point_type, pts = group
+    p = pts[30]
+    # only the top bucket: total copies the running sum, then adds it again (a doubling)
+    assert ours(lib, name, [p], [4], window=6) == p * Scalar(4)
+    # B_3 = P, B_2 = -2P: running = -P after two steps, total = P: total + running cancels
+    assert ours(lib, name, [p, p * Scalar(-2 % MODULUS)], [4, 3], window=6) == -(p + p)
+    # B_3 = P, B_2 = -P: the running sum itself cancels, and comes back with B_0
+    q = pts[31]
+    assert ours(lib, name, [p, -p, q], [4, 3, 1 + 2 ** 64], window=6) == reference(
+        point_type, [p, -p, q], [4, 3, 1 + 2 ** 64])
+    # the same point in every bucket of every segment, and segments' sums equal to each other
+    scalars = list(range(1, 33)) * 2
+    assert ours(lib, name, [p] * 64, scalars, window=6) == p * Scalar(sum(scalars))
+
+
+@pytest.mark.parametrize("window", [2, 3, 19])
+def test_reduction_segment_edges(lib, group, window):
+    # 2 and 3: one bucket per segment; 19: the segments shrink to fit a batch
+    name, point_type, pts = group
+    scalars = [secrets.randbelow(MODULUS) for _ in range(30)] + [R_MINUS_1, 1, 0, 2 ** 200]
+    assert ours(lib, name, pts[:34], scalars, window=window, threads=2) == reference(
+        point_type, pts[:34], scalars)
+
+
+# GLV: k = k1 + k2 * LAMBDA with k2 = floor(k / LAMBDA) and k1 = k mod LAMBDA (msm_host.c)
+LAMBDA = 0xd201000000010000 ** 2 - 1
+GLV_EDGES = [LAMBDA - 1, LAMBDA, LAMBDA + 1, 2 * LAMBDA - 1, 2 * LAMBDA, LAMBDA ** 2 - 1,
+             LAMBDA ** 2, LAMBDA ** 2 + LAMBDA - 1, R_MINUS_1, (LAMBDA + 1) * LAMBDA - 1,
+             2 ** 128 - 1, 2 ** 128, 2 ** 254, 5 * LAMBDA + 3, (2 ** 127) * LAMBDA]
+
+
+def test_glv_lambda_is_a_cube_root_of_unity():
+    assert (LAMBDA ** 2 + LAMBDA + 1) % MODULUS == 0
+    assert all(0 < k < MODULUS for k in GLV_EDGES)
+
+
+def test_glv_split_edges_match_arkworks(lib, group):
+    # the halves at their extremes (k1 = 0 or LAMBDA - 1, k2 = 0, 1 or LAMBDA + 1), the
+    # quotient estimate's corrections, and one point per scalar and all of them in one MSM
+    name, point_type, pts = group
+    for k, p in zip(GLV_EDGES, pts[20:]):
+        assert ours(lib, name, [p], [k]) == p * Scalar(k), hex(k)
+        assert ours(lib, name, [p], [MODULUS - k]) == -(p * Scalar(k)), hex(k)
+    scalars = GLV_EDGES + [MODULUS - k for k in GLV_EDGES]
+    points = pts[40:40 + len(scalars)]
+    for window in (0, 4, 13):
+        assert ours(lib, name, points, scalars, window=window, threads=2) == reference(
+            point_type, points, scalars)
+
+
 @pytest.mark.parametrize("window", [2, 5, 8, 13, 16])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_window_widths_and_thread_counts(lib, group, window, threads):
@@ -116,14 +169,30 @@ def test_rejects_mismatched_lengths(lib):
         lib.msm("g1", xy, limbs([1]), window=21)
 
 
+# digit 128 (the top bucket at window 8) in every window but the top one: windows whose digits
+# reach every bucket get no replicas
+TOP_DIGITS = sum(128 << (8 * w) for w in range(31))
+
+
 @pytest.mark.parametrize("scalar", [3, R_MINUS_1 - 2])
 def test_one_repeated_digit_fills_the_wait_queue_and_the_overflow(lib, group, scalar):
-    # every point lands in the same bucket of each window: one fills it, one is pending, a
-    # batch's worth waits for the next batch and the rest goes to the Jacobian overflow
+    # every other point lands in the same bucket of each window: one fills it, one is pending,
+    # a batch's worth waits for the next batch and the rest goes to the Jacobian overflow
     name, point_type, pts = group
-    scalars = [scalar] * len(pts)
+    scalars = [scalar] * (len(pts) - 1) + [TOP_DIGITS]
     expected = reference(point_type, pts, scalars)
     assert ours(lib, name, pts, scalars, window=8, threads=2) == expected
+
+
+def test_replicated_buckets_of_a_narrow_window_overflow_and_fold(lib, group):
+    # scalar 3 reaches 3 of window 8's 128 buckets: the points spread over 32 replicas of them,
+    # each replica still gets more than a batch and a wait queue of one bucket (overflow
+    # sums in replica 0 and in the others, folded together), and 5 reaches a 5th bucket
+    name, point_type, pts = group
+    repeats = 16
+    scalars = [3] * (repeats * len(pts) - 1) + [5]
+    got = ours(lib, name, pts * repeats, scalars, window=8, threads=2)
+    assert got == reference(point_type, pts, [3 * repeats] * (len(pts) - 1) + [3 * repeats + 2])
 
 
 def test_bench_msm_prints_json_and_a_table(lib, capsys):

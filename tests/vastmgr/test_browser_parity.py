@@ -184,12 +184,12 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
 
     # Vast reports the instance's GPU figures; the next reconcile (once a minute) lists them,
     # and the pushed cards say how old that listing is.
+    # (An earlier reconcile may have listed the instance already: wait for these figures.)
     instance.update(gpu_util=73.0, gpu_temp=64.0, mem_usage=12.5, mem_limit=64.0)
-    page.locator(".stat-card.vast-age[data-vast-age]:not([data-vast-age=''])").wait_for(
-        timeout=RECONCILE_TIMEOUT_MS)
+    vast_row = page.locator("#fleet-rows tr", has_text=f"vast-{instance_id}")
+    vast_row.locator(".gpu-util-cell", has_text="73 %").wait_for(timeout=RECONCILE_TIMEOUT_MS)
     assert re.search(r"\d+ s\s*Vast data old", page.locator(".vast-age").inner_text())
     page.reload()
-    vast_row = page.locator("#fleet-rows tr", has_text=f"vast-{instance_id}")
     assert "73 %" in vast_row.locator(".gpu-util-cell").inner_text()
     assert vast_row.locator(".temp-cell").inner_text() == "64 °C"
     assert vast_row.locator(".ram-cell").inner_text() == "12.5 / 64 GB"

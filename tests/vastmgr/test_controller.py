@@ -494,6 +494,39 @@ async def test_the_totals_a_page_shows_are_the_fleets_after_every_tick(engine):
         await ws.disconnect()
 
 
+async def test_a_change_made_elsewhere_reaches_an_offline_hosts_row():
+    """Vast's figures for a watched host whose engine never answers (so no engine update will
+    come to carry them): the row shows them with the ticks after the listing, as the fleet's
+    "Vast data N s old" says."""
+    machine = await database_sync_to_async(Machine.objects.create)(
+        name="silent", provider="ssh", host="192.0.2.1", price_per_hour=1)
+    await database_sync_to_async(RemoteHost.objects.create)(machine=machine)
+    controller = FleetController(publisher=LayerPublisher())
+    controller.session = aiohttp.ClientSession()
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    try:
+        assert (await ws.connect())[0]
+        await ws.receive_from(timeout=5)  # its first state
+        await wait_until(lambda: controller.viewers.pages())
+        await controller.sync_machines()
+        await controller.tick()
+        assert machine.pk in controller.hosts
+        await database_sync_to_async(RemoteHost.objects.filter(machine=machine).update)(
+            vast_facts={"gpu_util": 73.0}, vast_seen_at=timezone.now())
+        for _ in range(2):  # the machines are read at the end of a tick, for the next one
+            await controller.tick()
+        pushed = ""
+        while "73 %" not in pushed:
+            pushed = await ws.receive_from(timeout=2)
+        assert f'id="host-{machine.pk}-row"' in pushed
+    finally:
+        await ws.disconnect()
+        await controller.shutdown()
+
+
 async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
     """A page open before the controller (re)started: the controller asks every page to
     announce itself when it starts listening, so the page gets its whole state with the first
@@ -517,7 +550,8 @@ async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
 
 async def test_only_machines_changed_since_the_last_read_are_read_again_however_they_changed():
     """The controller re-reads a machine only when its change marker moved, and every way of
-    changing a machine moves it: a save of some fields, a bulk update, a kill, its billing."""
+    changing a machine moves it: a save of some fields, a bulk update, a kill, its billing, its
+    provider's listing."""
     create = database_sync_to_async(Machine.objects.create)
     # Disabled: nothing is watched, the machines are only read (as for their greyed rows).
     a, b, c = [await create(name=name, provider="local", host="127.0.0.1", engine_port=1,
@@ -545,6 +579,12 @@ async def test_only_machines_changed_since_the_last_read_are_read_again_however_
     await database_sync_to_async(RemoteHost.objects.create)(machine=c, billing_started=timezone.now())
     assert await read_again() == {c.pk}
     assert controller.machines[c.pk].remote.billing_started is not None
+
+    # Vast's listing of the instance (its GPU figures) is a row's too.
+    await database_sync_to_async(RemoteHost.objects.filter(machine=c).update)(
+        vast_facts={"gpu_util": 73.0}, vast_seen_at=timezone.now())
+    assert await read_again() == {c.pk}
+    assert controller.machines[c.pk].remote.vast_facts == {"gpu_util": 73.0}
 
     await database_sync_to_async(a.kill)("test")
     assert await read_again() == set() and a.pk not in controller.machines

@@ -41,51 +41,89 @@ def get_json(url: str, timeout: float = 1.0) -> dict | None:
 
 
 class EnginePoller(threading.Thread):
-    """Keeps `history`: the engine's /status and job records, polled until `stop()`."""
+    """Keeps `history`: the engine's /status, polled until `stop()`, with the job records a
+    RecordFetcher keeps beside it. The records are fetched in their own thread so that a slow
+    answer about a job (an engine busy generating parameters) never stretches the gap between
+    two polls: a read is judged only against states polled after it."""
 
     def __init__(self, engine_url: str, history: rules.History):
         super().__init__(name="engine-poller", daemon=True)
         self.engine_url = engine_url
         self.history = history
-        self.records: dict[str, dict] = {}
-        self.fetched: dict[str, float] = {}
-        self.jobs: set[str] = set()  # every job id seen on the engine
+        self.fetcher = RecordFetcher(engine_url)
         self.polls = 0
         self.answer_times: list[float] = []  # seconds each /status took
+        self.longest_gap = 0.0  # seconds between the starts of two polls
         self.halt = threading.Event()
 
     def run(self) -> None:
+        self.fetcher.start()
+        previous = None
         while not self.halt.is_set():
             started = time.time()
+            if previous is not None:
+                self.longest_gap = max(self.longest_gap, started - previous)
+            previous = started
             snapshot = get_json(self.engine_url + "/status")
             answered = time.time()
             self.answer_times.append(answered - started)
             if snapshot is not None:
-                self.jobs.update(p["job_id"] for p in snapshot.get("pipelines", []))
-                self._fetch_records(snapshot)
+                self.fetcher.listed(snapshot)
             self.history.add(rules.EngineState((started + answered) / 2, snapshot,
-                                               dict(self.records), started, answered))
+                                               self.fetcher.records(), started, answered))
             self.polls += 1
             self.halt.wait(max(POLL_EVERY - (time.time() - started), 0.0))
+        self.fetcher.stop()
 
-    def _fetch_records(self, snapshot: dict) -> None:
-        listed = {p["job_id"]: p["status"] for p in snapshot.get("pipelines", [])}
-        now = time.time()
-        for job in self.jobs:
-            record = self.records.get(job)
-            final = record is not None and record.get("status") in TERMINAL_STATUSES
-            # A final record is fetched once more when its pipeline leaves the list (the
-            # engine's last word); an unfinished one every RECORD_EVERY.
-            if final and job not in listed and self.fetched.get(job, 0) > 0:
-                continue
-            if now - self.fetched.get(job, 0) < RECORD_EVERY and job in listed:
-                continue
-            got = get_json(f"{self.engine_url}/v1/proofs/{job}")
-            self.fetched[job] = now if job in listed else 1.0
-            if got is None:
-                self.records.pop(job, None)  # forgotten (an engine restart)
-            else:
-                self.records[job] = got
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+
+
+class RecordFetcher(threading.Thread):
+    """The records (GET /v1/proofs/<id>) of every job the engine listed: an unfinished one every
+    RECORD_EVERY, a final one once more when its pipeline leaves the list (the engine's last
+    word)."""
+
+    def __init__(self, engine_url: str):
+        super().__init__(name="engine-records", daemon=True)
+        self.engine_url = engine_url
+        self.lock = threading.Lock()
+        self._records: dict[str, dict] = {}
+        self._listed: dict[str, str] = {}  # job id -> status, in the last /status
+        self.jobs: set[str] = set()  # every job id seen on the engine
+        self.fetched: dict[str, float] = {}
+        self.halt = threading.Event()
+
+    def listed(self, snapshot: dict) -> None:
+        with self.lock:
+            self._listed = {p["job_id"]: p["status"] for p in snapshot.get("pipelines", [])}
+            self.jobs.update(self._listed)
+
+    def records(self) -> dict[str, dict]:
+        with self.lock:
+            return dict(self._records)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            started = time.time()
+            with self.lock:
+                listed, jobs, records = dict(self._listed), set(self.jobs), dict(self._records)
+            for job in jobs:
+                record = records.get(job)
+                final = record is not None and record.get("status") in TERMINAL_STATUSES
+                if final and job not in listed and self.fetched.get(job, 0) > 0:
+                    continue
+                if started - self.fetched.get(job, 0) < RECORD_EVERY and job in listed:
+                    continue
+                got = get_json(f"{self.engine_url}/v1/proofs/{job}")
+                self.fetched[job] = started if job in listed else 1.0
+                with self.lock:
+                    if got is None:
+                        self._records.pop(job, None)  # forgotten (an engine restart)
+                    else:
+                        self._records[job] = got
+            self.halt.wait(max(POLL_EVERY - (time.time() - started), 0.0))
 
     def stop(self) -> None:
         self.halt.set()
@@ -141,6 +179,8 @@ class Summary:
     events: list[str] = field(default_factory=list)
     behind: list[float] = field(default_factory=list)  # host panel reads: seconds behind
     answer_times: list[float] = field(default_factory=list)  # the engine's /status, seconds
+    longest_poll_gap: float = 0.0  # seconds between two polls' starts
+    unjudged: int = 0  # reads with no engine state polled after them in time
 
     def per_rule(self) -> dict[str, int]:
         counts = dict.fromkeys(rules.RULE_NAMES, 0)
@@ -162,7 +202,9 @@ class Summary:
         if self.answer_times:
             answers = sorted(self.answer_times)
             head += (f"; /status answered in p50 {answers[len(answers) // 2] * 1000:.0f} ms, "
-                     f"max {answers[-1] * 1000:.0f} ms")
+                     f"max {answers[-1] * 1000:.0f} ms, polls at most "
+                     f"{self.longest_poll_gap:.2f} s apart; {self.unjudged} reads unjudged "
+                     f"(no state polled after them in time)")
         lines = [head, "scenario: " + "; ".join(self.events),
                  "violations per rule: " + ", ".join(f"{k} {v}" for k, v in
                                                     self.per_rule().items())]
@@ -203,6 +245,11 @@ class Sampler:
             time.sleep(0.02)
         found = []
         for page, view, before, after in reads:
+            if self.history.latest() <= after:
+                # No state polled after the read: what the page may have got ahead of the
+                # last poll cannot be told from a lie. Counted, and bounded by the test.
+                self.summary.unjudged += 1
+                continue
             window = self.history.window(before, after, view.get("seq"))
             verdict = rules.judge(view, window)
             if (lag := rules.behind(view, window)) is not None:
@@ -210,6 +257,7 @@ class Sampler:
             self.summary.samples[view["kind"]] += 1
             self.summary.checked += verdict.checked
             for violation in verdict.violations:
+                violation.context = rules.describe_window(view, before, after, window)
                 self.attach_screenshot(page, violation)
             found += verdict.violations
         self.summary.violations.extend(found)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -183,11 +184,24 @@ class Violation:
     shown: object
     engine: object
     screenshot: str = ""
+    context: str = ""  # when it was read and which engine states the window held
 
     def __str__(self) -> str:
         return (f"[{self.rule}] {self.page}: {self.what}: shown {self.shown!r}, engine in the "
                 f"window {self.engine!r}" + (f" (screenshot {self.screenshot})"
-                                             if self.screenshot else ""))
+                                             if self.screenshot else "")
+                + (f"\n    {self.context}" if self.context else ""))
+
+
+def describe_window(view: Mapping[str, Any], before: float, after: float,
+                    states: list[EngineState]) -> str:
+    """The read and its window, to tell a lie from a gap in what the oracle knew."""
+    held = ", ".join(f"seq {s.snapshot.get('seq') if s.snapshot else None} "
+                     f"@{s.earliest - before:+.2f}..{s.latest - before:+.2f}"
+                     for s in states)
+    return (f"read {time.strftime('%H:%M:%S', time.localtime(before))} over "
+            f"{after - before:.2f} s, naming seq {view.get('seq')}; window (s from the read's "
+            f"start): {held}")
 
 
 @dataclass

@@ -293,6 +293,7 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
             summary.engine_polls = poller.polls
             summary.streamed = stream.received
             summary.answer_times = poller.answer_times
+            summary.longest_poll_gap = poller.longest_gap
             OUT.mkdir(parents=True, exist_ok=True)
             (OUT / "summary.txt").write_text(summary.text() + "\n")
             print("\n" + summary.text())
@@ -303,3 +304,5 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
         assert needed in events, f"the scenario did not get to: {needed}\n{summary.text()}"
     assert "gave up" not in events and "stopped" not in events, summary.text()
     assert not summary.violations, summary.text()
+    judged = sum(summary.samples.values())
+    assert summary.unjudged <= max(3, judged // 50), f"too many reads unjudged\n{summary.text()}"

@@ -366,12 +366,11 @@ class FleetController:
         the machine ids it has just started watching."""
         machines = await database_sync_to_async(self._read_machines)()
         for machine in machines:
-            # A lifecycle change (made by another process) is shown at once, not with the
-            # engine's next update: that may never come for an offline host.
+            # A change made by another process (lifecycle, price, Vast's figures: whatever
+            # moved the change marker, so the machine was read again) is shown at once, not
+            # with the engine's next update: that may never come for an offline host.
             before = self.machines.get(machine.pk)
-            if (before is not None and machine.pk in self.hosts
-                    and (before.state, before.enabled, before.price_per_hour)
-                    != (machine.state, machine.enabled, machine.price_per_hour)):
+            if before is not None and before is not machine and machine.pk in self.hosts:
                 self.hosts[machine.pk].live.changed = True
         self.machines = {m.pk: m for m in machines}
         self.machines_read = True
@@ -498,14 +497,17 @@ class FleetController:
 
 
 # What moves when a machine's fleet row may change: `updated` (every save and update of a
-# machine moves it) and the billing its spend is counted from.
-CHANGE_MARKER = ("updated", "remote__billing_started", "remote__billing_ended")
+# machine moves it), the billing its spend is counted from, and when Vast last listed it (its
+# GPU figures: the fleet's "Vast data N s old" must hold for the rows too).
+CHANGE_MARKER = ("updated", "remote__billing_started", "remote__billing_ended",
+                 "remote__vast_seen_at")
 
 
 def _change_marker(machine: Machine) -> tuple:
     """`CHANGE_MARKER` of a machine as read."""
     remote = getattr(machine, "remote", None)  # None: it has no remote record
-    return (machine.updated, remote and remote.billing_started, remote and remote.billing_ended)
+    return (machine.updated, remote and remote.billing_started, remote and remote.billing_ended,
+            remote and remote.vast_seen_at)
 
 
 def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample:

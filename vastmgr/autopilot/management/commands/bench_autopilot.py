@@ -24,7 +24,7 @@ class Command(BaseCommand):
         for one in seed or [7]:
             started = time.monotonic()
             report = sim.compare(one)
-            report.pop("_results")
+            report.pop("_runs")
             report["seconds"] = round(time.monotonic() - started, 2)
             reports.append(report)
         self.stdout.write(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
