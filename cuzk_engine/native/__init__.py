@@ -86,6 +86,9 @@ class NativeFr:
         lib.fr_abc_quotient.restype = None
         lib.fr_mul_vec.argtypes = [_ARR, _ARR, _ARR, ctypes.c_int64]
         lib.fr_mul_vec.restype = None
+        lib.fr_poseidon_trace.argtypes = [_ARR, ctypes.c_int64, _ARR, _ARR, _ARR, ctypes.c_int,
+                                          ctypes.c_int, ctypes.c_int]
+        lib.fr_poseidon_trace.restype = ctypes.c_int64
 
     def ntt_inplace(self, values: np.ndarray, log_n: int, omega: np.ndarray) -> None:
         if self._lib.fr_ntt(values, log_n, omega) != 0:
@@ -106,6 +109,17 @@ class NativeFr:
     def mul_vec(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty_like(a)
         self._lib.fr_mul_vec(out, a, b, len(a))
+        return out
+
+    def poseidon_trace(self, state: np.ndarray, constants: np.ndarray, mds: np.ndarray,
+                       full_rounds: int, partial_rounds: int, compact_every: int,
+                       length: int) -> np.ndarray:
+        """One width-3 Poseidon permutation's trace (see fr_poseidon_trace), `length` rows."""
+        out = np.empty((length, 4), dtype=np.uint64)
+        written = self._lib.fr_poseidon_trace(out, length, state, constants, mds, full_rounds,
+                                               partial_rounds, compact_every)
+        if written != length:
+            raise ValueError(f"the Poseidon trace has {written} rows, not {length}")
         return out
 
 
