@@ -144,8 +144,13 @@ def trace_native(lib: native.NativeFr, state: list[int]) -> list[int]:
     return limbs_to_ints(rows)
 
 
+# looked up once: each native.load() searches PATH for the compiler, which costs more than a
+# permutation's native trace
+_native_fr = cache(native.load)
+
+
 def trace(state: list[int]) -> list[int]:
-    lib = native.load()
+    lib = _native_fr()
     return trace_python(state) if lib is None else trace_native(lib, state)
 
 
