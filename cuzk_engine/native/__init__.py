@@ -11,8 +11,6 @@ import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +44,8 @@ def _find_compiler() -> str | None:
 
 def build_library(compiler: str, main: str, sources: tuple[str, ...],
                   cflags: tuple[str, ...], prefix: str) -> Path:
-    """Compile `main` (which includes `sources`) into the cache, once per content and flags.
+    """Compile `main` (which includes `sources`) into the cache, once per content and flags;
+    OSError (with the compiler's messages) when the build fails.
 
     The file name carries a hash of every source and of the command, so an edited header never
     loads a stale build; the build goes to a temporary name and is renamed into place, so a
@@ -58,11 +57,20 @@ def build_library(compiler: str, main: str, sources: tuple[str, ...],
     digest.update(" ".join((compiler, *cflags)).encode())
     target = cache_dir() / f"{prefix}_{digest.hexdigest()[:16]}.so"
     if not target.exists():
+        # imported here: nearly every process finds its library built, and these imports
+        # cost ~3 ms of each one-shot `prove`
+        import subprocess
+        import tempfile
+
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / target.name
-            subprocess.run([compiler, *cflags, "-I", str(SOURCE_DIR), "-o", str(out),
-                            str(SOURCE_DIR / main)], check=True, capture_output=True)
+            try:
+                subprocess.run([compiler, *cflags, "-I", str(SOURCE_DIR), "-o", str(out),
+                                str(SOURCE_DIR / main)], check=True, capture_output=True)
+            except subprocess.CalledProcessError as exc:
+                raise OSError(f"{compiler} could not build {main}: "
+                              f"{exc.stderr.decode(errors='replace')[-2000:]}") from exc
             os.replace(out, target)
     return target
 
@@ -136,7 +144,7 @@ def load_library(main: str, sources: tuple[str, ...], cflags: tuple[str, ...], n
             try:
                 target = build_library(compiler, main, sources, cflags, name)
                 _loaded[key] = wrap(ctypes.CDLL(str(target)), target)
-            except (OSError, subprocess.CalledProcessError):
+            except OSError:
                 _loaded[key] = None
         return cast("T | None", _loaded[key])
 
