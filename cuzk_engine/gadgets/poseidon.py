@@ -137,11 +137,14 @@ def _parameter_limbs() -> tuple[np.ndarray, np.ndarray]:
     return ints_to_limbs(constants), ints_to_limbs(v for row in mds for v in row)
 
 
-def trace_native(lib: native.NativeFr, state: list[int]) -> list[int]:
+def _trace_limbs(lib: native.NativeFr, state: list[int]) -> np.ndarray:
     constants, mds = _parameter_limbs()
-    rows = lib.poseidon_trace(ints_to_limbs(v % MODULUS for v in state), constants, mds,
+    return lib.poseidon_trace(ints_to_limbs(v % MODULUS for v in state), constants, mds,
                               FULL_ROUNDS, PARTIAL_ROUNDS, COMPACT_EVERY, TRACE_LENGTH)
-    return limbs_to_ints(rows)
+
+
+def trace_native(lib: native.NativeFr, state: list[int]) -> list[int]:
+    return limbs_to_ints(_trace_limbs(lib, state))
 
 
 # looked up once: each native.load() searches PATH for the compiler, which costs more than a
@@ -155,7 +158,10 @@ def trace(state: list[int]) -> list[int]:
 
 
 def permute(state: list[int]) -> list[int]:
-    return trace(state)[-WIDTH:]
+    lib = _native_fr()
+    if lib is None:
+        return trace_python(state)[-WIDTH:]
+    return limbs_to_ints(_trace_limbs(lib, state)[-WIDTH:])  # converts only the output
 
 
 def hash2(left: int, right: int) -> int:
