@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuzk_engine.errors import ConfigError
+from cuzk_engine.paths import default_param_cache
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS, PRIORITIES
 
 _SIZE_UNITS = {
@@ -88,13 +89,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def default_param_cache() -> Path:
-    env = os.environ.get("CUZK_PARAM_CACHE")
-    if env:
-        return Path(env)
-    return Path.home() / ".cache" / "cuzk_engine" / "params"
 
 
 @dataclass

@@ -17,8 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from cuzk_engine.config import default_param_cache
 from cuzk_engine.errors import CuzkError
+from cuzk_engine.paths import default_param_cache
 
 COMMAND_MODULES = [
     "cuzk_engine.cli.prover",

@@ -7,7 +7,6 @@ import logging
 import sys
 from pathlib import Path
 
-from cuzk_engine.config import load_config
 from cuzk_engine.errors import ConfigError
 
 
@@ -37,6 +36,9 @@ def register_bench(bench) -> None:
 
 
 def _load(args: argparse.Namespace):
+    # imported here, not at module level: every `prove` process imports this module
+    from cuzk_engine.config import load_config
+
     try:
         cfg = load_config(args.config)
         if getattr(args, "listen", None):

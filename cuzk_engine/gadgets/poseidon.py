@@ -23,7 +23,13 @@ stops their combinations from growing by one term per round (2 rows per compacti
 
 from __future__ import annotations
 
-from cuzk_engine.field import MODULUS, inverse
+from functools import cache
+from operator import itemgetter
+
+import numpy as np
+
+from cuzk_engine import native
+from cuzk_engine.field import MODULUS, ints_to_limbs, inverse, limbs_to_ints
 from cuzk_engine.gadgets import Num, compact, constant, linear, mul
 from cuzk_engine.gadgets.poseidon_constants import MDS, ROUND_CONSTANTS
 from cuzk_engine.r1cs import ConstraintSystem
@@ -95,20 +101,67 @@ def _is_full(round_index: int) -> bool:
     return round_index < half or round_index >= half + PARTIAL_ROUNDS
 
 
-def permute(state: list[int]) -> list[int]:
+# One permutation's trace: per S-box its input x, x^2, x^4, x^5; after every COMPACT_EVERY-th
+# partial round lanes 1 and 2; then the output state. The values-only gadget records its
+# variables and rows from it, and `permute` is its last WIDTH elements.
+TRACE_LENGTH = (4 * (WIDTH * FULL_ROUNDS + PARTIAL_ROUNDS) + 2 * (PARTIAL_ROUNDS // COMPACT_EVERY)
+                + WIDTH)
+
+
+def trace_python(state: list[int]) -> list[int]:
+    """The trace in Python: the reference for the native kernel, and its fallback."""
     constants, mds = parameters()
     m = MODULUS
+    out: list[int] = []
     s = [v % m for v in state]
     for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
         base = r * WIDTH
         s = [(s[0] + constants[base]) % m, (s[1] + constants[base + 1]) % m,
              (s[2] + constants[base + 2]) % m]
-        if _is_full(r):
-            s = [pow(v, ALPHA, m) for v in s]
-        else:
-            s[0] = pow(s[0], ALPHA, m)
+        full = _is_full(r)
+        for i in range(WIDTH if full else 1):
+            x = s[i]
+            x2 = x * x % m
+            x4 = x2 * x2 % m
+            s[i] = x4 * x % m
+            out += (x, x2, x4, s[i])
+        if not full and (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
+            out += s[1:]
         s = [(row[0] * s[0] + row[1] * s[1] + row[2] * s[2]) % m for row in mds]
-    return s
+    return out + s
+
+
+@cache
+def _parameter_limbs() -> tuple[np.ndarray, np.ndarray]:
+    constants, mds = parameters()
+    return ints_to_limbs(constants), ints_to_limbs(v for row in mds for v in row)
+
+
+def _trace_limbs(lib: native.NativeFr, state: list[int]) -> np.ndarray:
+    constants, mds = _parameter_limbs()
+    return lib.poseidon_trace(ints_to_limbs(v % MODULUS for v in state), constants, mds,
+                              FULL_ROUNDS, PARTIAL_ROUNDS, COMPACT_EVERY, TRACE_LENGTH)
+
+
+def trace_native(lib: native.NativeFr, state: list[int]) -> list[int]:
+    return limbs_to_ints(_trace_limbs(lib, state))
+
+
+# looked up once: each native.load() searches PATH for the compiler, which costs more than a
+# permutation's native trace
+_native_fr = cache(native.load)
+
+
+def trace(state: list[int]) -> list[int]:
+    lib = _native_fr()
+    return trace_python(state) if lib is None else trace_native(lib, state)
+
+
+def permute(state: list[int]) -> list[int]:
+    lib = _native_fr()
+    if lib is None:
+        return trace_python(state)[-WIDTH:]
+    return limbs_to_ints(_trace_limbs(lib, state)[-WIDTH:])  # converts only the output
 
 
 def hash2(left: int, right: int) -> int:
@@ -147,40 +200,44 @@ def permute_gadget(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
     return s
 
 
+@cache
+def _trace_rows() -> tuple[itemgetter, itemgetter, itemgetter, itemgetter]:
+    """Where the values-only gadget takes its new variables and its rows' a, b, c from a trace
+    (index TRACE_LENGTH is the constant 1), in the order permute_gadget allocates and adds
+    them."""
+    allocs: list[int] = []
+    a: list[int] = []
+    b: list[int] = []
+    c: list[int] = []
+    one = TRACE_LENGTH
+    pos = 0
+    for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
+        full = _is_full(r)
+        for _ in range(WIDTH if full else 1):  # x*x = x2, x2*x2 = x4, x4*x = x5
+            allocs += (pos + 1, pos + 2, pos + 3)
+            a += (pos, pos + 1, pos + 2)
+            b += (pos, pos + 1, pos)
+            c += (pos + 1, pos + 2, pos + 3)
+            pos += 4
+        if not full and (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
+            allocs += (pos, pos + 1)  # lane * 1 = fresh variable
+            a += (pos, pos + 1)
+            b += (one, one)
+            c += (pos, pos + 1)
+            pos += 2
+    if pos + WIDTH != TRACE_LENGTH:
+        raise AssertionError("the trace layout disagrees with TRACE_LENGTH")
+    return itemgetter(*allocs), itemgetter(*a), itemgetter(*b), itemgetter(*c)
+
+
 def _permute_values_only(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
     """permute_gadget for a values-only system: the same variables and rows in the same order
-    (tests compare both modes row by row), without building any linear combination."""
-    constants, mds = parameters()
-    alloc, enforce = cs.alloc, cs.enforce
-    m = MODULUS
-
-    def sbox(x: int) -> int:
-        x2 = x * x % m
-        x4 = x2 * x2 % m
-        x5 = x4 * x % m
-        alloc(x2)
-        enforce(None, None, None, (x, x, x2))
-        alloc(x4)
-        enforce(None, None, None, (x2, x2, x4))
-        alloc(x5)
-        enforce(None, None, None, (x4, x, x5))
-        return x5
-
-    s = [x.value for x in state]
-    for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
-        base = r * WIDTH
-        s = [(s[0] + constants[base]) % m, (s[1] + constants[base + 1]) % m,
-             (s[2] + constants[base + 2]) % m]
-        if _is_full(r):
-            s = [sbox(s[0]), sbox(s[1]), sbox(s[2])]
-        else:
-            s[0] = sbox(s[0])
-            if (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
-                for v in s[1:]:
-                    alloc(v)
-                    enforce(None, None, None, (v, 1, v))
-        s = [(row[0] * s[0] + row[1] * s[1] + row[2] * s[2]) % m for row in mds]
-    return [Num(None, v) for v in s]
+    (tests compare both modes row by row), taken from one trace of the permutation."""
+    values = trace([x.value for x in state])
+    values.append(1)
+    allocs, a, b, c = _trace_rows()
+    cs.extend(allocs(values), a(values), b(values), c(values))
+    return [Num(None, v) for v in values[TRACE_LENGTH - WIDTH:TRACE_LENGTH]]
 
 
 def hash2_gadget(cs: ConstraintSystem, left: Num, right: Num) -> Num:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cuzk_engine.errors import ParameterFileError
-from cuzk_engine.groth16 import setup as _setup
 from cuzk_engine.groth16.keys import (
     NOT_TRUSTED,
     Parameters,
@@ -38,7 +37,10 @@ def ensure_parameters(param_cache: Path, circuit_id: str,
     if not force and params_path.exists() and vk_path.exists():
         read_header(params_path, circuit_id)
         return
-    _setup.generate(Path(param_cache), circuit_id, constraint_system(), progress)
+    # imported only when a setup runs: a `prove` with cached parameters never needs it
+    from cuzk_engine.groth16.setup import generate
+
+    generate(Path(param_cache), circuit_id, constraint_system(), progress)
 
 
 def load_parameters(param_cache: Path, circuit_id: str) -> Parameters:

@@ -11,8 +11,6 @@ import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +44,8 @@ def _find_compiler() -> str | None:
 
 def build_library(compiler: str, main: str, sources: tuple[str, ...],
                   cflags: tuple[str, ...], prefix: str) -> Path:
-    """Compile `main` (which includes `sources`) into the cache, once per content and flags.
+    """Compile `main` (which includes `sources`) into the cache, once per content and flags;
+    OSError (with the compiler's messages) when the build fails.
 
     The file name carries a hash of every source and of the command, so an edited header never
     loads a stale build; the build goes to a temporary name and is renamed into place, so a
@@ -58,11 +57,20 @@ def build_library(compiler: str, main: str, sources: tuple[str, ...],
     digest.update(" ".join((compiler, *cflags)).encode())
     target = cache_dir() / f"{prefix}_{digest.hexdigest()[:16]}.so"
     if not target.exists():
+        # imported here: nearly every process finds its library built, and these imports
+        # cost ~3 ms of each one-shot `prove`
+        import subprocess
+        import tempfile
+
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / target.name
-            subprocess.run([compiler, *cflags, "-I", str(SOURCE_DIR), "-o", str(out),
-                            str(SOURCE_DIR / main)], check=True, capture_output=True)
+            try:
+                subprocess.run([compiler, *cflags, "-I", str(SOURCE_DIR), "-o", str(out),
+                                str(SOURCE_DIR / main)], check=True, capture_output=True)
+            except subprocess.CalledProcessError as exc:
+                raise OSError(f"{compiler} could not build {main}: "
+                              f"{exc.stderr.decode(errors='replace')[-2000:]}") from exc
             os.replace(out, target)
     return target
 
@@ -86,6 +94,9 @@ class NativeFr:
         lib.fr_abc_quotient.restype = None
         lib.fr_mul_vec.argtypes = [_ARR, _ARR, _ARR, ctypes.c_int64]
         lib.fr_mul_vec.restype = None
+        lib.fr_poseidon_trace.argtypes = [_ARR, ctypes.c_int64, _ARR, _ARR, _ARR, ctypes.c_int,
+                                          ctypes.c_int, ctypes.c_int]
+        lib.fr_poseidon_trace.restype = ctypes.c_int64
 
     def ntt_inplace(self, values: np.ndarray, log_n: int, omega: np.ndarray) -> None:
         if self._lib.fr_ntt(values, log_n, omega) != 0:
@@ -108,6 +119,17 @@ class NativeFr:
         self._lib.fr_mul_vec(out, a, b, len(a))
         return out
 
+    def poseidon_trace(self, state: np.ndarray, constants: np.ndarray, mds: np.ndarray,
+                       full_rounds: int, partial_rounds: int, compact_every: int,
+                       length: int) -> np.ndarray:
+        """One width-3 Poseidon permutation's trace (see fr_poseidon_trace), `length` rows."""
+        out = np.empty((length, 4), dtype=np.uint64)
+        written = self._lib.fr_poseidon_trace(out, length, state, constants, mds, full_rounds,
+                                               partial_rounds, compact_every)
+        if written != length:
+            raise ValueError(f"the Poseidon trace has {written} rows, not {length}")
+        return out
+
 
 def load_library(main: str, sources: tuple[str, ...], cflags: tuple[str, ...], name: str,
                  wrap: Callable[[ctypes.CDLL, Path], T]) -> T | None:
@@ -122,7 +144,7 @@ def load_library(main: str, sources: tuple[str, ...], cflags: tuple[str, ...], n
             try:
                 target = build_library(compiler, main, sources, cflags, name)
                 _loaded[key] = wrap(ctypes.CDLL(str(target)), target)
-            except (OSError, subprocess.CalledProcessError):
+            except OSError:
                 _loaded[key] = None
         return cast("T | None", _loaded[key])
 

@@ -97,3 +97,47 @@ void fr_mul_vec(fr_limb *out, const fr_limb *a, const fr_limb *b, int64_t n) {
         fr_store(out + 4 * i, fr_mul(am, fr_load(b + 4 * i)));
     }
 }
+
+/* One Poseidon permutation (x^5 S-box, width 3) with the trace its values-only gadget records:
+ * per S-box its input x, x^2, x^4 and x^5; after every `compact_every`-th partial round lanes
+ * 1 and 2 (the values re-allocated there); then the output state. `state` (3), `constants`
+ * (3 per round) and `mds` (3 x 3, row-major) are canonical; so is every element written to
+ * `trace`, which holds `capacity` elements. Returns the number of elements written, or -1
+ * (writing nothing) when they would not fit. */
+int64_t fr_poseidon_trace(fr_limb *trace, int64_t capacity, const fr_limb *state,
+                          const fr_limb *constants, const fr_limb *mds, int full_rounds,
+                          int partial_rounds, int compact_every) {
+    if (compact_every < 1 ||
+        4 * (3 * (int64_t)full_rounds + partial_rounds) + 2 * (partial_rounds / compact_every) + 3
+            > capacity)
+        return -1;
+    fr_t s[3], m[9];
+    for (int i = 0; i < 3; i++) s[i] = fr_to_mont(fr_load(state + 4 * i));
+    for (int i = 0; i < 9; i++) m[i] = fr_to_mont(fr_load(mds + 4 * i));
+    int half = full_rounds / 2;
+    int64_t pos = 0;
+    for (int r = 0; r < full_rounds + partial_rounds; r++) {
+        for (int i = 0; i < 3; i++)
+            s[i] = fr_add(s[i], fr_to_mont(fr_load(constants + 4 * (3 * r + i))));
+        int full = r < half || r >= half + partial_rounds;
+        for (int i = 0; i < (full ? 3 : 1); i++) {
+            fr_t x2 = fr_sqr(s[i]), x4 = fr_sqr(x2), x5 = fr_mul(x4, s[i]);
+            fr_store(trace + 4 * pos++, fr_from_mont(s[i]));
+            fr_store(trace + 4 * pos++, fr_from_mont(x2));
+            fr_store(trace + 4 * pos++, fr_from_mont(x4));
+            fr_store(trace + 4 * pos++, fr_from_mont(x5));
+            s[i] = x5;
+        }
+        if (!full && (r - half) % compact_every == compact_every - 1) {
+            fr_store(trace + 4 * pos++, fr_from_mont(s[1]));
+            fr_store(trace + 4 * pos++, fr_from_mont(s[2]));
+        }
+        fr_t t[3];
+        for (int j = 0; j < 3; j++)
+            t[j] = fr_add(fr_add(fr_mul(m[3 * j], s[0]), fr_mul(m[3 * j + 1], s[1])),
+                          fr_mul(m[3 * j + 2], s[2]));
+        s[0] = t[0]; s[1] = t[1]; s[2] = t[2];
+    }
+    for (int i = 0; i < 3; i++) fr_store(trace + 4 * pos++, fr_from_mont(s[i]));
+    return pos;
+}

@@ -14,6 +14,7 @@ every recorded value against its combination, so the two modes cannot silently d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cuzk_engine.errors import UnsatisfiedCircuit
@@ -95,6 +96,21 @@ class ConstraintSystem:
         self.b_vals.append(values[1] % MODULUS)
         self.c_vals.append(values[2] % MODULUS)
         self.label_of.append(self._label)
+
+    def extend(self, new_values: Sequence[int], a: Sequence[int], b: Sequence[int],
+               c: Sequence[int]) -> None:
+        """Values only: allocate `new_values` and add the rows a[j] * b[j] = c[j] in one step,
+        for gadgets that compute a whole trace at once. Every value must be canonical."""
+        if self._sealed:
+            raise RuntimeError("constraint system is sealed")
+        if self.matrices:
+            raise RuntimeError("the constraints' linear combinations are needed: to keep the "
+                               "matrices")
+        self.values.extend(new_values)
+        self.a_vals.extend(a)
+        self.b_vals.extend(b)
+        self.c_vals.extend(c)
+        self.label_of.extend([self._label] * len(a))
 
     def seal(self) -> None:
         """Bind every public input (and ONE) with `x * 0 = 0`, as bellman does.

@@ -2,19 +2,22 @@ import random
 
 import pytest
 
-from cuzk_engine import circuits
+from cuzk_engine import circuits, native
 from cuzk_engine.engine.stages import synthesize
 from cuzk_engine.errors import InvalidRequest, UnsatisfiedCircuit
-from cuzk_engine.field import MODULUS
+from cuzk_engine.field import MODULUS, ints_to_limbs
 from cuzk_engine.gadgets import alloc, alloc_bit, conditional_swap, to_bits_le
 from cuzk_engine.gadgets.merkle import SparseMerkleTree
 from cuzk_engine.gadgets.poseidon import (
+    TRACE_LENGTH,
     derive_parameters,
     hash2,
     hash2_gadget,
     parameters,
     permute,
     permute_gadget,
+    trace_native,
+    trace_python,
 )
 from cuzk_engine.r1cs import ConstraintSystem
 from cuzk_engine.vocabulary import KINDS, PROFILES
@@ -49,6 +52,57 @@ def test_native_poseidon_equals_in_circuit(seed):
     assert hash2_gadget(cs2, alloc(cs2, x), alloc(cs2, y)).value == hash2(x, y)
     assert cs2.num_constraints == circuits.constraints_per_hash()
     cs2.check_satisfied()
+
+
+EDGE_STATES = [[0, 0, 0], [1, 1, 1], [MODULUS - 1] * 3, [0, MODULUS - 1, 1], [MODULUS - 1, 0, 0],
+               [2**255 % MODULUS, 2**128, 2**64 - 1]]
+
+
+@pytest.mark.parametrize("state", EDGE_STATES + [
+    [random.Random(seed).randrange(MODULUS) for _ in range(3)] for seed in range(20)])
+def test_native_trace_matches_the_python_reference(state):
+    lib = native.load()
+    if lib is None:
+        pytest.skip("no C compiler: synthesis uses the Python trace")
+    expected = trace_python(state)
+    assert len(expected) == TRACE_LENGTH
+    assert trace_native(lib, state) == expected
+    # unreduced inputs are reduced first, as permute always did
+    assert trace_native(lib, [v + MODULUS for v in state]) == expected
+
+
+def test_native_trace_refuses_a_buffer_too_short():
+    lib = native.load()
+    if lib is None:
+        pytest.skip("no C compiler")
+    constants, mds = parameters()
+    with pytest.raises(ValueError, match="trace has -1 rows"):
+        lib.poseidon_trace(ints_to_limbs([0, 1, 2]), ints_to_limbs(constants),
+                           ints_to_limbs(v for row in mds for v in row), 8, 57, 6,
+                           TRACE_LENGTH - 1)
+
+
+@pytest.mark.parametrize("state", EDGE_STATES)
+def test_values_only_permutation_records_the_matrix_build_rows(state):
+    full = ConstraintSystem()
+    full_out = permute_gadget(full, [alloc(full, v) for v in state])
+    full.check_satisfied()
+    fast = ConstraintSystem(matrices=False)
+    fast.label("other gadget")
+    fast_out = permute_gadget(fast, [alloc(fast, v) for v in state])
+    assert [o.value for o in fast_out] == [o.value for o in full_out] == permute(state)
+    assert fast.values == full.values
+    assert (fast.a_vals, fast.b_vals, fast.c_vals) == (full.a_vals, full.b_vals, full.c_vals)
+    assert fast.label_of == [1] * full.num_constraints
+
+
+def test_bulk_rows_are_refused_where_matrices_are_kept_or_sealed():
+    with pytest.raises(RuntimeError, match="linear combinations"):
+        ConstraintSystem().extend([1], [1], [1], [1])
+    sealed = ConstraintSystem(matrices=False)
+    sealed.seal()
+    with pytest.raises(RuntimeError, match="sealed"):
+        sealed.extend([1], [1], [1], [1])
 
 
 def test_tampered_witness_names_the_failing_constraint():
