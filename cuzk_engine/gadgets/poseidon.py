@@ -101,6 +101,13 @@ def _is_full(round_index: int) -> bool:
     return round_index < half or round_index >= half + PARTIAL_ROUNDS
 
 
+def _compacts_after(round_index: int) -> bool:
+    """Whether lanes 1 and 2 are re-allocated after this round: every COMPACT_EVERY-th
+    partial one."""
+    return (not _is_full(round_index)
+            and (round_index - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1)
+
+
 # One permutation's trace: per S-box its input x, x^2, x^4, x^5; after every COMPACT_EVERY-th
 # partial round lanes 1 and 2; then the output state. The values-only gadget records its
 # variables and rows from it, and `permute` is its last WIDTH elements.
@@ -118,14 +125,13 @@ def trace_python(state: list[int]) -> list[int]:
         base = r * WIDTH
         s = [(s[0] + constants[base]) % m, (s[1] + constants[base + 1]) % m,
              (s[2] + constants[base + 2]) % m]
-        full = _is_full(r)
-        for i in range(WIDTH if full else 1):
+        for i in range(WIDTH if _is_full(r) else 1):
             x = s[i]
             x2 = x * x % m
             x4 = x2 * x2 % m
             s[i] = x4 * x % m
             out += (x, x2, x4, s[i])
-        if not full and (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
+        if _compacts_after(r):
             out += s[1:]
         s = [(row[0] * s[0] + row[1] * s[1] + row[2] * s[2]) % m for row in mds]
     return out + s
@@ -193,8 +199,7 @@ def permute_gadget(cs: ConstraintSystem, state: list[Num]) -> list[Num]:
             s = [_sbox(cs, v) for v in s]
         else:
             s[0] = _sbox(cs, s[0])
-            partial_index = r - FULL_ROUNDS // 2
-            if partial_index % COMPACT_EVERY == COMPACT_EVERY - 1:
+            if _compacts_after(r):
                 s[1:] = [compact(cs, v) for v in s[1:]]
         s = [linear(list(zip(row, s))) for row in mds]
     return s
@@ -212,14 +217,13 @@ def _trace_rows() -> tuple[itemgetter, itemgetter, itemgetter, itemgetter]:
     one = TRACE_LENGTH
     pos = 0
     for r in range(FULL_ROUNDS + PARTIAL_ROUNDS):
-        full = _is_full(r)
-        for _ in range(WIDTH if full else 1):  # x*x = x2, x2*x2 = x4, x4*x = x5
+        for _ in range(WIDTH if _is_full(r) else 1):  # x*x = x2, x2*x2 = x4, x4*x = x5
             allocs += (pos + 1, pos + 2, pos + 3)
             a += (pos, pos + 1, pos + 2)
             b += (pos, pos + 1, pos)
             c += (pos + 1, pos + 2, pos + 3)
             pos += 4
-        if not full and (r - FULL_ROUNDS // 2) % COMPACT_EVERY == COMPACT_EVERY - 1:
+        if _compacts_after(r):
             allocs += (pos, pos + 1)  # lane * 1 = fresh variable
             a += (pos, pos + 1)
             b += (one, one)
