@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, RelayConsumer
+from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, NoSuchSocket, RelayConsumer
 from vastmgr.proofs.consumers import ProofConsumer
 
 websocket_urlpatterns = [
@@ -8,4 +8,5 @@ websocket_urlpatterns = [
     path("ws/hosts/<int:machine_id>/", HostConsumer.as_asgi()),
     path("ws/proofs/<uuid:job_id>/", ProofConsumer.as_asgi()),
     path("ws/relay/", RelayConsumer.as_asgi()),
+    re_path(r"", NoSuchSocket.as_asgi()),
 ]

@@ -1,6 +1,7 @@
-// Live panels: badge from the htmx ws extension's events, reconnect with backoff after clean
-// closes (the extension itself only retries 1006/1011/1012/1013), and while the socket is
-// down, poll the same fragments over HTTP every 5 s so the page never silently freezes.
+// Live panels: badge from the htmx ws extension's events, and while the page's socket is
+// down, poll the same fragments over HTTP every 5 s so the page never silently freezes. Every
+// socket on the page (the page's own, an open fleet row's) reconnects with backoff after a
+// clean close too: the extension itself only retries 1006/1011/1012/1013.
 (function () {
   "use strict";
   var POLL_MS = 5000;
@@ -15,14 +16,21 @@
   }
 
   // Swap every top-level element of an HTML string into the element with the same id,
-  // exactly what the ws extension does with a pushed message.
+  // exactly what the ws extension does with a pushed message, htmx:oobBeforeSwap included:
+  // the pages' own handlers (an open fleet row's detail stepping aside, a chart keeping its
+  // chosen window) see a polled fragment as they see a pushed one.
   function swapFragments(html) {
     var template = document.createElement("template");
     template.innerHTML = html;
-    Array.prototype.forEach.call(template.content.children, function (fresh) {
+    Array.prototype.slice.call(template.content.children).forEach(function (fresh) {
       var old = fresh.id && document.getElementById(fresh.id);
       if (!old) return;
-      old.replaceWith(fresh);
+      var fragment = document.createDocumentFragment();
+      fragment.appendChild(fresh);
+      var swap = { shouldSwap: true, target: old, fragment: fragment };
+      if (window.htmx && !window.htmx.trigger(old, "htmx:oobBeforeSwap", swap)) return;
+      if (!swap.shouldSwap) return;
+      swap.target.replaceWith(fragment);
       if (window.htmx) window.htmx.process(fresh);
     });
     markArrival(document);
@@ -50,8 +58,7 @@
     this.el = el;
     this.pollUrl = el.getAttribute("data-poll-url");
     this.timer = null;
-    this.retries = 0;
-    this.stopped = false;
+    this.polled = false;  // the latest poll came back: the page is current, if late
   }
 
   LivePanel.prototype.startPolling = function () {
@@ -64,6 +71,7 @@
   LivePanel.prototype.stopPolling = function () {
     clearInterval(this.timer);
     this.timer = null;
+    this.polled = false;
   };
 
   LivePanel.prototype.poll = function () {
@@ -71,7 +79,6 @@
     fetch(self.pollUrl, { credentials: "same-origin", headers: { "HX-Request": "true" } })
       .then(function (response) {
         if (response.redirected || response.status === 401 || response.status === 403) {
-          self.stopped = true;
           self.stopPolling();
           badge("offline", "logged out");
           return null;
@@ -82,47 +89,72 @@
       .then(function (html) {
         if (html !== null && self.timer) {
           swapFragments(html);
+          self.polled = true;
           badge("stale", "polling");
         }
       })
-      .catch(function () { badge("offline", "offline"); });
+      .catch(function () {
+        self.polled = false;
+        badge("offline", "offline");
+      });
   };
+
+  // A clean close (daphne restart, deploy): the extension would give up, we do not. Counted
+  // per socket element; a socket whose element left the page (a closed row) stays closed.
+  var cleanCloses = new WeakMap();
+
+  function closeCode(event) { return event.detail.event && event.detail.event.code; }
+
+  function reconnectAfterCleanClose(event) {
+    var code = closeCode(event);
+    if ((code !== 1000 && code !== 1001) || !event.target.isConnected) return;
+    var retries = cleanCloses.get(event.target) || 0;
+    cleanCloses.set(event.target, retries + 1);
+    var delay = Math.min(MAX_BACKOFF_MS, 1000 * Math.pow(2, retries)) * Math.random();
+    setTimeout(function () {
+      if (event.target.isConnected) event.detail.socketWrapper.reconnect();
+    }, delay);
+  }
+
+  // While polls come back, the badge says "polling" however often a reconnect fails.
+  function socketDown(panel) {
+    if (!panel.polled) badge("offline", "reconnecting");
+    panel.startPolling();
+  }
+
+  // The page's own socket drives the badge and the polling. Events of a socket inside it (an
+  // open fleet row's panel) bubble up to it too, and are not about it.
+  function watchPanel(el) {
+    var panel = new LivePanel(el);
+    function own(handler) {
+      return function (event) { if (event.target === el) handler(event); };
+    }
+    el.addEventListener("htmx:wsConnecting", own(function () {
+      if (!panel.timer) badge("idle", "connecting…");
+    }));
+    el.addEventListener("htmx:wsOpen", own(function () {
+      panel.stopPolling();
+      badge("live", "live");
+    }));
+    el.addEventListener("htmx:wsAfterMessage", function () { markArrival(document); });
+    el.addEventListener("htmx:wsClose", own(function (event) {
+      var code = closeCode(event);
+      if (NO_RETRY[code]) {
+        panel.stopPolling();
+        badge("offline", NO_RETRY[code]);
+        return;
+      }
+      socketDown(panel);
+    }));
+    el.addEventListener("htmx:wsError", own(function () { socketDown(panel); }));
+  }
 
   function setup() {
     markArrival(document);
     setInterval(tickSeen, 1000);
-    document.querySelectorAll(".live[ws-connect]").forEach(function (el) {
-      var panel = new LivePanel(el);
-      el.addEventListener("htmx:wsConnecting", function () {
-        if (!panel.timer) badge("idle", "connecting…");
-      });
-      el.addEventListener("htmx:wsOpen", function () {
-        panel.retries = 0;
-        panel.stopPolling();
-        badge("live", "live");
-      });
-      el.addEventListener("htmx:wsAfterMessage", function () { markArrival(document); });
-      el.addEventListener("htmx:wsClose", function (event) {
-        var code = event.detail.event && event.detail.event.code;
-        if (NO_RETRY[code]) {
-          panel.stopped = true;
-          panel.stopPolling();
-          badge("offline", NO_RETRY[code]);
-          return;
-        }
-        badge("offline", "reconnecting");
-        panel.startPolling();
-        if (code === 1000 || code === 1001) {
-          // A clean close (daphne restart, deploy): the extension would give up, we do not.
-          var delay = Math.min(MAX_BACKOFF_MS, 1000 * Math.pow(2, panel.retries++)) * Math.random();
-          setTimeout(function () { event.detail.socketWrapper.reconnect(); }, delay);
-        }
-      });
-      el.addEventListener("htmx:wsError", function () {
-        badge("offline", "reconnecting");
-        panel.startPolling();
-      });
-    });
+    document.addEventListener("htmx:wsOpen", function (event) { cleanCloses.delete(event.target); });
+    document.addEventListener("htmx:wsClose", reconnectAfterCleanClose);
+    document.querySelectorAll(".live[ws-connect]").forEach(watchPanel);
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setup);

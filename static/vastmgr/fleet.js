@@ -156,7 +156,7 @@
 
   function loadWindow(el, key) {
     window.htmx.ajax("GET", el.getAttribute("data-url") + "?window=" + encodeURIComponent(key),
-                     { target: el, swap: "outerHTML" });
+                     { source: el, target: el, swap: "outerHTML" });
   }
 
   // A pushed chart carries the default window: when another one is chosen, keep the drawn chart

@@ -26,16 +26,24 @@
     return body;
   }
 
+  // The toggle is the request's source: htmx runs one request per source element at a time,
+  // and answers a second one from the same source (the page's body, when none is named) at
+  // once, with nothing swapped. A detail that did not come (an error, a refused request) is
+  // not asked for again in a loop: the row shows as closed, and a person may press again.
   function fetchDetail(id) {
     var tr = row(id);
     var toggle = tr && tr.querySelector(".row-toggle");
     if (!toggle || loading[id] || !window.htmx) return;
     loading[id] = true;
     holder();
+    function arrived() {
+      delete loading[id];
+      if (!detail(id)) delete open[id];
+      sync();
+    }
     window.htmx.ajax("GET", toggle.getAttribute("data-detail-url"),
-                     { target: "#fleet-detail-holder", swap: "beforeend" })
-      .then(function () { delete loading[id]; sync(); },
-            function () { delete loading[id]; });
+                     { source: toggle, target: "#fleet-detail-holder", swap: "beforeend" })
+      .then(arrived, arrived);
   }
 
   function collapse(id) {

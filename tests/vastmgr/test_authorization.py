@@ -106,7 +106,8 @@ async def test_a_socket_from_another_port_of_our_host_is_refused():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", ["/ws/hosts/99999999999999999999999/", "/ws/hosts/0/",
-                                  "/ws/proofs/00000000-0000-0000-0000-000000000000/"])
+                                  "/ws/proofs/00000000-0000-0000-0000-000000000000/",
+                                  "/null", "/ws/nowhere/", "/"])
 async def test_a_socket_for_no_such_object_closes_with_4404(path):
     cookie = await database_sync_to_async(session_cookie)()
     ws = WebsocketCommunicator(application, path, headers=[

@@ -16,6 +16,7 @@ import math
 import re
 import threading
 import time
+import urllib.parse
 import urllib.request
 from decimal import Decimal
 
@@ -261,6 +262,13 @@ def console_errors(page) -> list[str]:
     return errors
 
 
+def under_its_row(page, machine_id: str) -> bool:
+    """Whether the row's detail follows it, read in one go: a row found first and asked
+    after may be one a push has just replaced (detached, with nothing after it)."""
+    return page.evaluate("""id => document.getElementById(`host-${id}-row`).nextElementSibling
+                                 === document.getElementById(`host-${id}-detail`)""", machine_id)
+
+
 def log_reads(page, machine_id) -> list[tuple[float, str]]:
     """Each request the page makes for a row's logs, from now on: (time, what asked: the logs
     part's own poll is `host-N-logs`, a tab is its button)."""
@@ -269,6 +277,47 @@ def log_reads(page, machine_id) -> list[tuple[float, str]]:
     page.on("request", lambda request: path in request.url and reads.append(
         (time.monotonic(), request.headers.get("hx-trigger", ""))))
     return reads
+
+
+def polls_kept_the_open_detail(page, machine_id: str) -> str:
+    """The page's sockets close cleanly (as when daphne restarts) and the fleet's finds nothing
+    listening when it tries again: the page polls the same fragments over HTTP, the badge says
+    so, and each polled table body leaves the open row's detail where it was: the same element
+    (its logs untouched) under its row, the toggle saying so. The detail's own socket comes
+    back by itself, and says nothing about the fleet's: the badge stays "polling". Afterwards
+    the fleet's socket is let through again. Returns the address the refused sockets went to."""
+    dead_end = f"ws://127.0.0.1:{free_port()}/"
+    polled: list[str] = []
+    page.on("request", lambda request: urllib.parse.urlsplit(request.url).path
+            == "/fragments/fleet/" and polled.append(request.url))
+    page.evaluate("""([id, deadEnd]) => {
+        window.__keptDetail = document.getElementById(`host-${id}-detail`);
+        window.__createWebSocket = htmx.createWebSocket;
+        htmx.createWebSocket = url => window.__createWebSocket(
+            url.includes("/ws/fleet/") ? deadEnd : url);
+        window.__detailSocket = false;
+        for (const el of [document.querySelector(".live[ws-connect^='/ws/fleet/']"),
+                          window.__keptDetail.querySelector("[ws-connect]")])
+            el["htmx-internal-data"].webSocket.socket.close(1000);
+    }""", [machine_id, dead_end])
+    page.wait_for_function(
+        "document.getElementById('connection-badge').textContent === 'polling'")
+    started = time.monotonic()
+    while len(polled) < 2 and time.monotonic() - started < 15:
+        page.wait_for_timeout(250)
+    page.wait_for_timeout(500)  # the last poll's answer swapped in
+    page.wait_for_function("() => window.__detailSocket")
+    kept = page.evaluate("""id => {
+        const row = document.getElementById(`host-${id}-row`);
+        return {same: document.getElementById(`host-${id}-detail`) === window.__keptDetail,
+                under: row.nextElementSibling === window.__keptDetail,
+                expanded: row.querySelector(".row-toggle").getAttribute("aria-expanded"),
+                badge: document.getElementById("connection-badge").textContent};
+    }""", machine_id)
+    page.evaluate("() => { htmx.createWebSocket = window.__createWebSocket; }")
+    assert len(polled) >= 2, polled
+    assert kept == {"same": True, "under": True, "expanded": "true", "badge": "polling"}, kept
+    return dead_end
 
 
 def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
@@ -293,7 +342,7 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     detail = page.locator(f"#host-{machine_id}-detail")
     detail.wait_for()
     assert toggle.get_attribute("aria-expanded") == "true"
-    assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
+    assert under_its_row(page, machine_id)
     truth = api(page, f"/api/v1/machines/{machine_id}")
     assert f"{truth['provider']} · {truth['state']}" in detail.locator(".facts").inner_text()
     page.wait_for_function("window.__detailSocket === true")
@@ -330,10 +379,11 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     detail.wait_for()
     row = fleet_row(page, "local")
     assert row.locator(".row-toggle").get_attribute("aria-expanded") == "true"
-    assert row.evaluate("tr => tr.nextElementSibling.id") == f"host-{machine_id}-detail"
+    assert under_its_row(page, machine_id)
     # The re-fetched detail's panel connects (as a person sees it live before closing it; a
     # socket closed while still connecting makes the browser log a failed connection).
     page.wait_for_function("() => window.__detailSocket")
+    dead_end = polls_kept_the_open_detail(page, machine_id)
     # Pressed again: it closes, and its logs are read no more (one poll period and a half).
     # A push may replace the row between the focus and the key: then the key reached nothing,
     # the row is still open, and a person presses again on the row they now see.
@@ -350,6 +400,11 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     closed_at, polls = time.monotonic(), len(reads)
     page.wait_for_timeout(LOG_POLL_S * 1500)
     assert reads[polls:] == [] and all(at < closed_at for at, _ in reads)
+    # The fleet's socket is back (after the extension's backoff). The browser logged each
+    # connection refused while it was away, and htmx the error event: the test's doing.
+    page.wait_for_function("document.getElementById('connection-badge').textContent === 'live'",
+                           timeout=60_000)
+    errors[:] = [error for error in errors if dead_end not in error and error != "[object Event]"]
     assert errors == []
 
     # Offers: a bulk rent of two makes two machines (Vast and the database agree).
@@ -372,6 +427,16 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     assert stored == rented
     for name in rented.values():
         fleet_row(page, name).wait_for()
+    # Every row opened at once (each pressed while the others' details are on their way): each
+    # detail arrives under its own row.
+    page.evaluate("() => document.querySelectorAll('#fleet-rows .row-toggle')"
+                  ".forEach(toggle => toggle.click())")
+    for name in ("local", *rented.values()):
+        row = fleet_row(page, name)
+        machine_id = row.get_attribute("data-host")
+        page.locator(f"#host-{machine_id}-detail").wait_for(timeout=15_000)
+        assert under_its_row(page, machine_id)
+        assert row.locator(".row-toggle").get_attribute("aria-expanded") == "true"
 
     # Bulk ignore marks both machines bad (the database agrees); Remove on the bad-hosts page
     # takes one off again.

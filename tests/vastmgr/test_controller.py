@@ -527,6 +527,33 @@ async def test_a_change_made_elsewhere_reaches_an_offline_hosts_row():
         await controller.shutdown()
 
 
+async def test_a_page_that_just_opened_never_gets_an_older_fleet_than_it_was_rendered_with():
+    """A host rented a moment ago (after the controller's last read of the machines) is in the
+    state a page that opens now is sent from the database; the whole page the controller then
+    pushes to it has it too. Rendered from the machines read at the end of the last tick, the
+    row vanished until the next one."""
+    await database_sync_to_async(Machine.objects.create)(
+        name="older", provider="ssh", host="192.0.2.1", enabled=False)
+    controller = FleetController(publisher=LayerPublisher())
+    controller.spawn(controller.publisher.listen(controller.viewers.note))
+    await wait_until(lambda: CONTROLLER_GROUP in get_channel_layer().groups)
+    await controller.tick()
+    rented = await database_sync_to_async(Machine.objects.create)(
+        name="just-rented", provider="ssh", host="192.0.2.2", enabled=False)
+    cookie = await database_sync_to_async(session_cookie)()
+    ws = WebsocketCommunicator(application, "/ws/fleet/", headers=ws_headers(cookie))
+    try:
+        assert (await ws.connect())[0]
+        assert f'id="host-{rented.pk}-row"' in await ws.receive_from(timeout=5)
+        await wait_until(lambda: controller.viewers.pages())
+        await controller.tick()
+        pushed = await ws.receive_from(timeout=2)
+        assert 'id="fleet-rows"' in pushed and f'id="host-{rented.pk}-row"' in pushed
+    finally:
+        await ws.disconnect()
+        await controller.shutdown()
+
+
 async def test_a_controller_started_after_a_page_opened_serves_it_at_once():
     """A page open before the controller (re)started: the controller asks every page to
     announce itself when it starts listening, so the page gets its whole state with the first

@@ -89,6 +89,15 @@ async def refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
     await consumer.close(code=code)
 
 
+class NoSuchSocket(AsyncWebsocketConsumer):
+    """A socket for a path no page opens (a mistyped address, a page from an older version):
+    closed with 4404, which the browser does not retry. Channels' router would fail the
+    handshake with a 500."""
+
+    async def connect(self):
+        await refuse(self, CLOSE_NOT_FOUND)
+
+
 class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
     """Joins one channel-layer group and relays `fragment` messages."""
 

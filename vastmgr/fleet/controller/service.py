@@ -138,8 +138,6 @@ class FleetController:
 
     async def tick(self) -> None:
         now = self.clock()
-        # A controller that just started knows no machine: a page pushed now would be empty.
-        acquired = set() if self.machines_read else await self.sync_machines()
         if getattr(self.publisher, "reconnected", False):
             # Whatever was pushed while the relay was down got lost (the viewers, asked again,
             # announce themselves fresh).
@@ -148,6 +146,11 @@ class FleetController:
             for host in self.hosts.values():
                 host.live.changed = True
         fresh = self.viewers.take_fresh()
+        # The machines are read at the end of a tick, off the push's path. But a page that has
+        # just opened was sent its state from the database: the whole page pushed to it now
+        # comes from machines read after that, or a host rented a moment ago would vanish from
+        # it until the next tick. A controller that just started knows no machine at all.
+        acquired = await self.sync_machines() if fresh or not self.machines_read else set()
         changed = self._collect_changes(now)
         # Fleet pages: each watched page (its query, from its viewers' announcements) gets
         # its own rows and the totals; its rows are worked out here each tick.
