@@ -346,13 +346,13 @@ def test_rows_expand_inline_and_an_upstream_worker_is_rented_and_calls_home(
     truth = api(page, f"/api/v1/machines/{machine_id}")
     assert f"{truth['provider']} · {truth['state']}" in detail.locator(".facts").inner_text()
     page.wait_for_function("window.__detailSocket === true")
-    panel = detail.locator(f"#host-{machine_id}-panel")
     with urllib.request.urlopen(f"http://127.0.0.1:{ports['engine']}/status", timeout=10) as r:
         engine_seq = json.load(r)["seq"]
     # An idle engine: the panel shows the snapshot the engine is at now (or one pushed since).
+    # Found by id at each look: every push replaces the panel element.
     page.wait_for_function(
-        "([el, seq]) => Number(el.getAttribute('data-snapshot-seq')) >= seq",
-        arg=[panel.element_handle(), engine_seq])
+        "([id, seq]) => Number(document.querySelector(`#host-${id}-detail #host-${id}-panel`)"
+        "?.getAttribute('data-snapshot-seq')) >= seq", arg=[machine_id, engine_seq])
     assert "No logs pushed" in detail.locator(".detail-logs").inner_text()
     # Its charts are drawn, and the controller's pushes to the host's socket (the charts with
     # each history sample, every 10 s) land in the detail: no part of them without a target.
