@@ -5,8 +5,32 @@ nothing else spells them out.
 
 from __future__ import annotations
 
+from cuzk_engine.errors import InvalidRequest
+
 KINDS: tuple[str, ...] = ("winning-post", "window-post", "snap-update", "porep-c2")
 PROFILES: tuple[str, ...] = ("tiny", "small", "medium", "large")
+# a request's seed: any unsigned 64-bit integer
+MAX_SEED = 2**64 - 1
+
+
+def check_kind_profile(kind: str, profile: str) -> None:
+    if kind not in KINDS:
+        raise InvalidRequest(f"unknown proof kind {kind!r} (expected one of {', '.join(KINDS)})")
+    if profile not in PROFILES:
+        raise InvalidRequest(
+            f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
+
+
+def circuit_id(kind: str, profile: str) -> str:
+    """The name of a (kind, profile) circuit, which its parameter files carry."""
+    check_kind_profile(kind, profile)
+    return f"{kind}.{profile}"
+
+
+def parse_circuit_id(cid: str) -> tuple[str, str]:
+    kind, _, profile = cid.rpartition(".")
+    check_kind_profile(kind, profile)
+    return kind, profile
 
 # Most urgent first; a priority's rank is its index here.
 PRIORITIES: tuple[str, ...] = ("critical", "high", "normal", "low")

@@ -20,9 +20,12 @@ from cuzk_engine.field import BYTES
 from cuzk_engine.gadgets import alloc
 from cuzk_engine.gadgets.poseidon import hash2_gadget
 from cuzk_engine.r1cs import ConstraintSystem
-from cuzk_engine.vocabulary import KINDS, PROFILES
 
-MAX_SEED = 2**64 - 1
+# defined with the vocabulary (a `prove` names its parameter files before importing this package)
+from cuzk_engine.vocabulary import MAX_SEED as MAX_SEED
+from cuzk_engine.vocabulary import check_kind_profile as check_kind_profile
+from cuzk_engine.vocabulary import circuit_id as circuit_id
+from cuzk_engine.vocabulary import parse_circuit_id as parse_circuit_id
 
 # Sized so that tiny <= 2^11, small ~2^14, medium ~2^16 and large >= 2^18 constraints per
 # partition, each just under its power of two (the NTT domain is the next power of two of
@@ -67,31 +70,12 @@ _SYNTHESIZERS: dict[str, Callable[..., None]] = {
 }
 
 
-def check_kind_profile(kind: str, profile: str) -> None:
-    if kind not in KINDS:
-        raise InvalidRequest(f"unknown proof kind {kind!r} (expected one of {', '.join(KINDS)})")
-    if profile not in PROFILES:
-        raise InvalidRequest(
-            f"unknown profile {profile!r} (expected one of {', '.join(PROFILES)})")
-
-
 def check_seed(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidRequest(f"seed must be an integer, got {seed!r}")
     if not 0 <= seed <= MAX_SEED:
         raise InvalidRequest(f"seed {seed} is outside [0, {MAX_SEED}]")
     return seed
-
-
-def circuit_id(kind: str, profile: str) -> str:
-    check_kind_profile(kind, profile)
-    return f"{kind}.{profile}"
-
-
-def parse_circuit_id(cid: str) -> tuple[str, str]:
-    kind, _, profile = cid.rpartition(".")
-    check_kind_profile(kind, profile)
-    return kind, profile
 
 
 def partition_count(kind: str, profile: str) -> int:

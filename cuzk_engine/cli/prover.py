@@ -1,4 +1,8 @@
-"""Prover commands: prove, verify, circuits, setup, bench prover."""
+"""Prover commands: prove, verify, circuits, setup, bench prover.
+
+The proof system and the circuits (numpy, the curve) are imported by the commands that use them,
+not here: `prove` starts reading its parameter files first, which then runs beside those imports.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cuzk_engine import circuits, groth16
-from cuzk_engine.backend import select_backend
+from cuzk_engine import paramfile
 from cuzk_engine.cli import add_param_cache_argument, param_cache
 from cuzk_engine.engine.stages import ensure_parameters, synthesize
 from cuzk_engine.errors import InvalidRequest, ProofFormatError
-from cuzk_engine.field import MODULUS
-from cuzk_engine.vocabulary import KINDS, PROFILES
+from cuzk_engine.vocabulary import KINDS, MAX_SEED, PROFILES, circuit_id
 
 
 def _seed(text: str) -> int:
@@ -26,7 +28,7 @@ def _seed(text: str) -> int:
         value = int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"seed must be a decimal integer, got {text!r}") from None
-    if not 0 <= value <= circuits.MAX_SEED:
+    if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"seed {value} is outside [0, 2^64 - 1]")
     return value
 
@@ -58,11 +60,11 @@ class _Progress:
 
 
 def _ensure(cache: Path, kind: str, profile: str, force: bool = False) -> float:
-    cid = circuits.circuit_id(kind, profile)
-    params_path, vk_path = groth16.parameter_paths(cache, cid)
+    cid = circuit_id(kind, profile)
+    params_path, vk_path = paramfile.parameter_paths(cache, cid)
     started = time.perf_counter()
     if force or not (params_path.exists() and vk_path.exists()):
-        print(f"setup {cid}: {groth16.NOT_TRUSTED}", file=sys.stderr)
+        print(f"setup {cid}: {paramfile.NOT_TRUSTED}", file=sys.stderr)
     ensure_parameters(cache, kind, profile, _Progress(f"setup {cid}"), force=force)
     return time.perf_counter() - started
 
@@ -83,26 +85,34 @@ def _write_atomically(out: Path, files: dict[str, bytes]) -> None:
         raise
 
 
-def _timed_load(cache: Path, cid: str) -> tuple[groth16.Parameters, float]:
+def _timed_read(cache: Path, cid: str) -> tuple[paramfile.ParameterFiles, float]:
     t0 = time.perf_counter()
-    params = groth16.load_parameters(cache, cid)
-    return params, time.perf_counter() - t0
+    files = paramfile.read_parameter_files(cache, cid)
+    return files, time.perf_counter() - t0
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
     cache = param_cache(args)
     kind, profile, seed = args.kind, args.profile, args.seed
-    cid = circuits.circuit_id(kind, profile)
-    setup_s = _ensure(cache, kind, profile)
-    backend = select_backend(args.backend)
+    cid = circuit_id(kind, profile)
+    params_path, vk_path = paramfile.parameter_paths(cache, cid)
+    # present files need no setup, and reading them checks their headers as _ensure would
+    setup_s = 0.0 if params_path.exists() and vk_path.exists() else _ensure(cache, kind, profile)
     proofs, inputs, parts = [], [], []
-    started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # reading and digesting the parameter file release the GIL: it overlaps the first
-        # partition's synthesis (pure Python) instead of preceding it
-        loading = pool.submit(_timed_load, cache, cid)
+        # reading and digesting the parameter files release the GIL: started before the heavy
+        # imports and the first partition's synthesis (both pure Python), it runs beside them
+        reading = pool.submit(_timed_read, cache, cid)
+        from cuzk_engine import circuits, groth16
+        from cuzk_engine.backend import select_backend
+
+        backend = select_backend(args.backend)
+        started = time.perf_counter()
         synth = synthesize(kind, profile, seed, 0)
-        params, load_s = loading.result()
+        files, read_s = reading.result()
+    t0 = time.perf_counter()
+    params = groth16.parameters_from_files(files)
+    load_s = read_s + time.perf_counter() - t0
     for partition in range(circuits.partition_count(kind, profile)):
         if partition:
             synth = synthesize(kind, profile, seed, partition)
@@ -137,6 +147,8 @@ def _read_json(path: Path):
 
 
 def _parse_inputs(raw, path: Path) -> list[list[int]]:
+    from cuzk_engine.field import MODULUS
+
     if not isinstance(raw, list) or not raw or not all(isinstance(p, list) for p in raw):
         raise ProofFormatError(f"{path}: expected a list with one list per partition")
     out = []
@@ -156,6 +168,8 @@ def _parse_inputs(raw, path: Path) -> list[list[int]]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from cuzk_engine import groth16
+
     directory: Path = args.dir
     vk = groth16.VerifyingKey.from_json(_read_json(directory / "vk.json"))
     inputs = _parse_inputs(_read_json(directory / "public_inputs.json"),
@@ -175,11 +189,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def circuit_table() -> list[dict]:
+    from cuzk_engine import circuits
+
     rows = []
     for kind in KINDS:
         for profile in PROFILES:
             rows.append({
-                "circuit_id": circuits.circuit_id(kind, profile),
+                "circuit_id": circuit_id(kind, profile),
                 "partitions": circuits.partition_count(kind, profile),
                 "constraints": circuits.constraint_count(kind, profile),
                 "public_inputs": circuits.num_public_inputs(kind, profile),
@@ -202,8 +218,10 @@ def cmd_circuits(args: argparse.Namespace) -> int:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
+    from cuzk_engine import groth16
+
     cache = param_cache(args)
-    cid = circuits.circuit_id(args.kind, args.profile)
+    cid = circuit_id(args.kind, args.profile)
     elapsed = _ensure(cache, args.kind, args.profile, force=args.force)
     params = groth16.load_parameters(cache, cid)  # full digest check, also of older files
     params_path, vk_path = groth16.parameter_paths(cache, cid)
@@ -213,7 +231,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def bench_partition(cache: Path, kind: str, profile: str, backend_name: str) -> dict:
-    cid = circuits.circuit_id(kind, profile)
+    from cuzk_engine import groth16
+    from cuzk_engine.backend import select_backend
+
+    cid = circuit_id(kind, profile)
     setup_s = _ensure(cache, kind, profile)
     params = groth16.load_parameters(cache, cid)
     backend = select_backend(backend_name)

@@ -16,11 +16,10 @@ from py_arkworks_bls12381 import GT, G1Point, G2Point, Scalar
 
 from cuzk_engine.errors import ProofFormatError
 from cuzk_engine.field import MODULUS
+from cuzk_engine.paramfile import G1_XY, G2_XY
 
 G1_COMPRESSED = 48
 G2_COMPRESSED = 96
-G1_XY = 96
-G2_XY = 192
 
 __all__ = [
     "GT",

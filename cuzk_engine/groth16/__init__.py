@@ -12,6 +12,7 @@ from cuzk_engine.groth16.keys import (
     VerifyingKey,
     load_parameter_files,
     parameter_paths,
+    parameters_from_files,
     read_header,
 )
 from cuzk_engine.groth16.prover import (
@@ -58,6 +59,7 @@ def parameters_file_bytes(param_cache: Path, circuit_id: str) -> int:
 __all__ = [
     "NOT_TRUSTED", "PROOF_BYTES", "Parameters", "PendingProof", "Synthesis", "VerifyingKey",
     "ensure_parameters", "load_parameters", "parameter_paths", "parameters_file_bytes",
+    "parameters_from_files",
     "prove", "prove_finish", "prove_start", "split_proofs", "verify",
     "verify_partitions",
 ]

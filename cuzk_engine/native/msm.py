@@ -47,9 +47,15 @@ def set_process_threads(threads: int | None) -> None:
     _process_threads = threads
 
 
+def chosen_threads() -> int | None:
+    """Threads per MSM as chosen for this process (its setting, else CUZK_MSM_THREADS), or None
+    when nobody chose."""
+    return _process_threads or configured_threads()
+
+
 def default_threads() -> int:
-    """Threads per MSM: the process's setting, else CUZK_MSM_THREADS, else every core."""
-    return _process_threads or configured_threads() or max(1, os.cpu_count() or 1)
+    """Threads per MSM: the chosen count, else every core."""
+    return chosen_threads() or max(1, os.cpu_count() or 1)
 
 
 class NativeMsm:
