@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
@@ -33,15 +32,31 @@ RETRY_LATER = frozenset({408, 429})
 BUFFERED_ONLY = 1e-6
 
 
-@dataclass(frozen=True, slots=True)
 class StreamedSnapshot:
-    """A snapshot from the status stream with the JSON it came as (`stream_status(keep_json=
-    True)`): a reader that stores or renders the JSON need not encode it again. `data` is
-    `text` decoded; `snapshot` is `data` read (and checked) as a snapshot."""
+    """A snapshot from the status stream as the JSON it came as (`stream_status(keep_json=
+    True)`): `data` is `text` decoded. It is checked when it arrives (`EngineSnapshot.check_json`
+    refuses what `from_json` refuses, with its message) but read into the typed `snapshot`
+    only when that is first asked for: a reader that stores or renders the JSON (the fleet
+    controller, a thousand snapshots a second) then pays for the typed form only where it
+    uses it."""
 
-    snapshot: EngineSnapshot
-    data: dict
-    text: str
+    __slots__ = ("_snapshot", "data", "text")
+
+    def __init__(self, data: dict, text: str):
+        EngineSnapshot.check_json(data)
+        self.data = data
+        self.text = text
+        self._snapshot: EngineSnapshot | None = None
+
+    @property
+    def seq(self) -> int:
+        return self.data["seq"]
+
+    @property
+    def snapshot(self) -> EngineSnapshot:
+        if self._snapshot is None:
+            self._snapshot = EngineSnapshot.from_json(self.data)
+        return self._snapshot
 
 
 class EngineClient:
@@ -189,8 +204,7 @@ class EngineClient:
                         if beat is not None:
                             yield beat
                         elif keep_json:
-                            yield StreamedSnapshot(EngineSnapshot.from_json(data), data,
-                                                   message.data)
+                            yield StreamedSnapshot(data, message.data)
                         else:
                             yield EngineSnapshot.from_json(data)
                     elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,

@@ -278,7 +278,8 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         controller.hosts[machine.pk].watcher.cancel()  # from here on, only the test feeds snapshots
         for seq in range(5):  # five snapshots land between two ticks
             live = controller.hosts[machine.pk].live
-            live.accept(replace(live.snapshot, seq=10_000 + seq), "stream", controller.clock())
+            live.accept(replace(live.engine_snapshot(), seq=10_000 + seq), "stream",
+                        controller.clock())
         await controller.tick()
         assert f'id="host-{machine.pk}-row"' in await ws.receive_from(timeout=5)
         assert await ws.receive_nothing(timeout=0.3)
