@@ -16,7 +16,7 @@ Snapshots come typed (`EngineSnapshot`); one that does not have the snapshot's s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Self
 
@@ -171,14 +171,17 @@ class EngineClient:
                     yield message
 
     async def stream_status(self, *, idle: float | None = None, heartbeat: float | None = None,
-                            keep_json: bool = False
+                            keep_json: bool = False,
+                            loads: Callable[[str], Any] = json.loads
                             ) -> AsyncGenerator[EngineSnapshot | StreamedSnapshot
                                                 | StreamHeartbeat | None]:
         """`stream_snapshots`, and with `heartbeat` the engine is asked to send a
         `StreamHeartbeat` (its seq now) after that many seconds with nothing sent. An engine
         that does not know heartbeats ignores the ask and stays silent, so the caller still
         needs `idle` (set it above `heartbeat`) to tell silence from a heartbeat. With
-        `keep_json` each snapshot comes as a `StreamedSnapshot`."""
+        `keep_json` each snapshot comes as a `StreamedSnapshot`. `loads` decodes each message
+        (any JSON decoder whose errors are ValueErrors: a reader of a thousand streams may
+        bring a faster one than the standard library's)."""
         url = self.base_url + "/v1/status/stream"
         params = {} if heartbeat is None else {"heartbeat": f"{heartbeat:g}"}
         try:
@@ -199,7 +202,11 @@ class EngineClient:
                             yield None
                             continue
                     if message.type == aiohttp.WSMsgType.TEXT:
-                        data = json.loads(message.data)
+                        try:
+                            data = loads(message.data)
+                        except ValueError as exc:
+                            raise EngineUnreachable(
+                                "status stream sent something that is not JSON") from exc
                         beat = StreamHeartbeat.from_json(data)
                         if beat is not None:
                             yield beat
@@ -216,8 +223,6 @@ class EngineClient:
             raise EngineUnreachable(f"status stream: HTTP {exc.status} {exc.message}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise EngineUnreachable(f"status stream: {type(exc).__name__} {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise EngineUnreachable("status stream sent something that is not JSON") from exc
 
 
 def _error_text(body: str) -> str:

@@ -19,7 +19,6 @@ from vastmgr.fleet.controller.hosts import HostState
 from vastmgr.fleet.controller.publish import LayerPublisher
 from vastmgr.fleet.controller.service import FleetController
 from vastmgr.fleet.controller.watcher import HostLive
-
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.metrics.models import RelayedMetrics
 from vastmgr.metrics.relay import SCRAPE_BATCH, SCRAPE_SPREAD, ControllerMetrics
