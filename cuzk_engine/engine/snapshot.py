@@ -249,6 +249,7 @@ class EngineSnapshot:
         pipelines = []
         for i, raw in enumerate(_list(d, "pipelines", ())):
             where = ("pipelines", i)
+            raw = _object(raw, where)  # before its partitions are looked up in it
             parts = [PartitionSnapshot(*_values(PartitionSnapshot, pt, where + ("partitions", j)))
                      for j, pt in enumerate(_list(raw, "partitions", where))]
             names, _ = _plain_fields(PipelineSnapshot)
@@ -276,6 +277,63 @@ class EngineSnapshot:
             cpu=None if d.get("cpu") is None else CpuSnapshot(
                 *_values(CpuSnapshot, d["cpu"], ("cpu",))),
         )
+
+
+    @classmethod
+    def check_json(cls, data: object) -> None:
+        """Raise ``SnapshotFormatError`` wherever ``from_json`` would, without building the
+        snapshot: for a reader that keeps the JSON and decodes it only when it needs the typed
+        form (the fleet controller receives a thousand a second and stores and renders their
+        JSON). A quick look first; only a snapshot that fails it is decoded, to name the part
+        that is wrong with ``from_json``'s own message."""
+        if not _has_shape(data):
+            cls.from_json(data)
+
+
+def _has_shape(data: object) -> bool:
+    """Whether every part ``from_json`` reads is an object with the keys it needs, or a list
+    of such objects: then it reads ``data`` without an error (nothing else in it can make it
+    raise). Comparisons of each object's keys with a set, instead of the objects built from
+    them, written out in loops: helper calls and generators cost as much as the checks."""
+    (snapshot, memory, synthesis, counters, buffers, cpu, pipeline, partition, worker, device,
+     allocation) = _required_keys()
+    if type(data) is not dict or not data.keys() >= snapshot:
+        return False
+    for part, keys in ((data.get("memory"), memory), (data.get("synthesis"), synthesis),
+                       (data.get("counters"), counters), (data.get("buffers"), buffers)):
+        if type(part) is not dict or not part.keys() >= keys:
+            return False
+    part = data.get("cpu")
+    if part is not None and (type(part) is not dict or not part.keys() >= cpu):
+        return False
+    pipelines, workers, devices = data.get("pipelines"), data.get("gpu_workers"), data.get("devices")
+    by_kind = data.get("allocations")
+    if type(pipelines) is not list or type(workers) is not list or type(devices) is not list \
+            or type(by_kind) is not dict:
+        return False
+    lists: list[tuple[object, frozenset[str]]] = [(workers, worker), (devices, device)]
+    for p in pipelines:
+        if type(p) is not dict or not p.keys() >= pipeline:
+            return False
+        lists.append((p.get("partitions"), partition))
+    lists.extend((allocs, allocation) for allocs in by_kind.values())
+    for items, keys in lists:
+        if type(items) is not list:
+            return False
+        for item in items:
+            if type(item) is not dict or not item.keys() >= keys:
+                return False
+    return True
+
+
+@functools.cache
+def _required_keys() -> tuple[frozenset[str], ...]:
+    """The keys `_has_shape` requires of each part, in the order it unpacks them: a class's
+    plain fields less those an older engine did not send."""
+    return tuple(frozenset(_plain_fields(cls)[0]).difference(_OPTIONAL.get(cls, ()))
+                 for cls in (EngineSnapshot, MemorySnapshot, SynthesisSnapshot, CountersSnapshot,
+                             BuffersSnapshot, CpuSnapshot, PipelineSnapshot, PartitionSnapshot,
+                             WorkerSnapshot, DeviceSnapshot, AllocationSnapshot))
 
 
 @functools.cache

@@ -8,7 +8,12 @@ import re
 
 import pytest
 
-from cuzk_engine.engine.snapshot import CpuSnapshot, EngineSnapshot, snapshot_violations
+from cuzk_engine.engine.snapshot import (
+    CpuSnapshot,
+    EngineSnapshot,
+    _has_shape,
+    snapshot_violations,
+)
 from cuzk_engine.engine.status import (
     _TRANSITIONS,
     DeviceInfo,
@@ -346,6 +351,68 @@ def test_from_json_names_the_part_that_is_missing_or_misshapen(damage, named):
     damage(wire)
     with pytest.raises(SnapshotFormatError, match=re.escape(named)):
         EngineSnapshot.from_json(wire)
+
+
+def _complete_wire() -> dict:
+    """A snapshot's JSON with one of every part from_json reads: pipelines with partitions,
+    workers, devices, allocations of both lists, the CPU split, the optional fields."""
+    t = tracker(cpu=CpuSnapshot(cores=2, synthesis_processes=4, msm_threads=1, provers=2))
+    t.srs_update("porep-c2.tiny", 50, "loaded", 0)
+    t.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                   priority="high", partitions=2)
+    t.job_started("a")
+    ready(t, "a", 0)
+    t.worker_pickup(0, "a", 0)
+    wire = json.loads(json.dumps(t.snapshot().to_json()))
+    wire["allocations"].setdefault("pce", []).append(dict(wire["allocations"]["srs"][0]))
+    return wire
+
+
+def _damaged(node, path=()):
+    """Every (path, copy of the snapshot) with one part damaged: each key of each object taken
+    away or given another shape, each list item given another shape."""
+    keys = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in list(keys):
+        where = (*path, key)
+        wrongs = [None, "x", 7, [], {}]
+        for wrong in ([_GONE] if isinstance(node, dict) else []) + wrongs:
+            if type(wrong) is type(value) or (wrong is None and value is None):
+                continue
+            wire = _complete_wire()
+            target = wire
+            for step in path:
+                target = target[step]
+            if wrong is _GONE:
+                del target[key]
+            else:
+                target[key] = wrong
+            yield where, wire
+        if isinstance(value, dict | list) and value:
+            yield from _damaged(value, where)
+
+
+_GONE = object()
+
+
+def test_check_json_refuses_exactly_what_from_json_refuses_with_its_message():
+    """The controller checks each streamed snapshot with check_json and decodes it only when
+    it needs the typed form: no damage from_json refuses may get past check_json, and what it
+    refuses is named as from_json names it."""
+    wire = _complete_wire()
+    EngineSnapshot.check_json(wire)
+    refused = 0
+    for where, damaged in _damaged(wire):
+        try:
+            EngineSnapshot.from_json(damaged)
+        except SnapshotFormatError as exc:
+            refused += 1
+            with pytest.raises(SnapshotFormatError) as checked:
+                EngineSnapshot.check_json(damaged)
+            assert str(checked.value) == str(exc), where
+            assert not _has_shape(damaged), where
+        else:
+            EngineSnapshot.check_json(damaged)
+    assert refused > 100  # every part of the snapshot was damaged somewhere
 
 
 def test_running_timers_advance_while_unchanged_partitions_are_reused():

@@ -3,11 +3,13 @@ controller's clock in the test's hands, and the rendered fragments it pushes."""
 
 
 import asyncio
+import json
 import time
 from dataclasses import replace
 
 import aiohttp
 import pytest
+import ujson
 from aiohttp import web
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -15,6 +17,8 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineClient
+from cuzk_engine.engine.status import DeviceInfo, StatusTracker
+from cuzk_engine.errors import EngineUnreachable
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
@@ -278,7 +282,8 @@ async def test_updates_within_a_tick_are_coalesced_into_one_push_per_host(engine
         controller.hosts[machine.pk].watcher.cancel()  # from here on, only the test feeds snapshots
         for seq in range(5):  # five snapshots land between two ticks
             live = controller.hosts[machine.pk].live
-            live.accept(replace(live.snapshot, seq=10_000 + seq), "stream", controller.clock())
+            live.accept(replace(live.engine_snapshot(), seq=10_000 + seq), "stream",
+                        controller.clock())
         await controller.tick()
         assert f'id="host-{machine.pk}-row"' in await ws.receive_from(timeout=5)
         assert await ws.receive_nothing(timeout=0.3)
@@ -339,15 +344,30 @@ async def test_a_machine_no_longer_watched_leaves_nothing_behind(engine):
         await controller.shutdown()
 
 
+def _partition_without_state() -> dict:
+    status = StatusTracker([DeviceInfo(0, "cpu", "cpu", "test cpu device")], 2)
+    status.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
+                        priority="high", partitions=2)
+    snapshot = status.snapshot().to_json()
+    del snapshot["pipelines"][0]["partitions"][1]["state"]
+    return snapshot
+
+
+@pytest.mark.parametrize("garbled, named", [
+    ({"seq": 1, "pipelines": "not a list"}, "pipelines"),
+    # Deep inside an otherwise complete snapshot: a streamed snapshot is checked when it
+    # arrives, not when (if ever) the controller reads its typed form.
+    (_partition_without_state(), "pipelines[0].partitions[1]: missing state"),
+])
 async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_with_the_reason(
-        serve):
+        serve, garbled, named):
     async def malformed(request):
-        return web.json_response({"seq": 1, "pipelines": "not a list"})
+        return web.json_response(garbled)
 
     async def stream(request):
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        await ws.send_json({"seq": 1, "pipelines": "not a list"})
+        await ws.send_json(garbled)
         await ws.receive()  # held open: the controller has to drop it
         return ws
 
@@ -361,13 +381,35 @@ async def test_an_engine_sending_a_malformed_snapshot_shows_the_host_offline_wit
         # Not a crash: the host is down, the reason names the part that is wrong, and the
         # watcher keeps trying.
         await wait_until(lambda: "malformed snapshot" in controller.hosts[machine.pk].live.error)
-        assert "pipelines" in controller.hosts[machine.pk].live.error
+        assert named in controller.hosts[machine.pk].live.error
+        assert controller.hosts[machine.pk].live.snapshot is None
         assert not controller.hosts[machine.pk].watcher.done()
         await controller.tick()
         status = await database_sync_to_async(HostStatus.objects.get)(machine=machine)
         assert not status.connected and "malformed snapshot" in status.error
     finally:
         await controller.shutdown()
+
+
+@pytest.mark.parametrize("loads", [json.loads, ujson.loads])
+async def test_a_stream_message_that_is_not_json_drops_the_stream(serve, loads):
+    """With either decoder (the controller's watchers use ujson): the engine is no longer
+    believed, as if it had gone (EngineUnreachable), whatever that decoder's error is."""
+    async def stream(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str('{"seq": 1, "pipelines": [')
+        await ws.receive()
+        return ws
+
+    async def status(request):
+        raise AssertionError("only the stream is read here")
+
+    port = await serve(status=status, stream=stream)
+    async with EngineClient(f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(EngineUnreachable, match="not JSON"):
+            async for _ in client.stream_status(idle=1.0, keep_json=True, loads=loads):
+                pass
 
 
 async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on_it():

@@ -1,16 +1,27 @@
 """The dashboard's /metrics: the fleet's figures from the database, who may read them, and the
 relayed scrapes with their origin label."""
 
+import asyncio
+import math
 from datetime import timedelta
 from decimal import Decimal
 
+import aiohttp
 import pytest
+from aiohttp import web
+from channels.db import database_sync_to_async
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from cuzk_engine.daemon.client import EngineClient
+from vastmgr.fleet.controller.hosts import HostState
+from vastmgr.fleet.controller.publish import LayerPublisher
+from vastmgr.fleet.controller.service import FleetController
+from vastmgr.fleet.controller.watcher import HostLive
 from vastmgr.fleet.models import Event, HostStatus, Machine
 from vastmgr.metrics.models import RelayedMetrics
+from vastmgr.metrics.relay import SCRAPE_BATCH, SCRAPE_SPREAD, ControllerMetrics
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.models import RemoteHost
 
@@ -135,6 +146,49 @@ def test_a_relay_stores_one_row_per_origin_with_its_latest_scrape():
         ("engine", "gpu-1"): "a 2\n", ("engine", "gpu-2"): "b 1\n",
         ("controller", "ctl-1"): "c 1\n"}
     assert rows["engine", "gpu-1"].fetched_at > first
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_relay_scrapes_its_engines_a_batch_at_a_time_spread_over_the_interval():
+    """Real HTTP scrapes of 100 engines' /metrics (one server, a path per engine), timed where
+    they arrive: never more than a batch at once (a thousand scrapes started together held
+    the controller's event loop for over a second), the last batch started within the
+    interval's spread share, and every engine's answer stored."""
+    hosts, interval = 4 * SCRAPE_BATCH, 4.0
+    batches = math.ceil(hosts / SCRAPE_BATCH)
+    gap = interval * SCRAPE_SPREAD / batches
+    loop = asyncio.get_running_loop()
+    arrivals: list[float] = []
+
+    async def metrics(request):
+        arrivals.append(loop.time())
+        return web.Response(text=f"engine_number {request.match_info['host']}\n")
+
+    app = web.Application()
+    app.router.add_get("/{host}/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    controller = FleetController(publisher=LayerPublisher())
+    async with aiohttp.ClientSession() as session:
+        for host in range(hosts):
+            controller.hosts[host] = HostState(HostLive(host, connected=True, client=EngineClient(
+                f"http://127.0.0.1:{port}/{host}", session=session)))
+        try:
+            started = loop.time()
+            await ControllerMetrics("test", interval).relay_once(controller)
+        finally:
+            await runner.cleanup()
+    arrivals.sort()
+    assert len(arrivals) == hosts
+    # Any batch and one more scrape span at least the better part of a gap between batches.
+    assert min(arrivals[i + SCRAPE_BATCH] - arrivals[i]
+               for i in range(hosts - SCRAPE_BATCH)) > gap / 2
+    assert arrivals[-1] - started < interval * SCRAPE_SPREAD
+    stored = await database_sync_to_async(lambda: dict(
+        RelayedMetrics.objects.filter(source="engine").values_list("origin", "text")))()
+    assert stored == {str(host): f"engine_number {host}\n" for host in range(hosts)}
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/metrics/engines"])

@@ -7,12 +7,12 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 
 from cuzk_engine.daemon.client import EngineClient
-from cuzk_engine.engine.snapshot import EngineSnapshot, PipelineSnapshot
+from cuzk_engine.engine.snapshot import PipelineSnapshot
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable, SnapshotFormatError
 from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
 from vastmgr.autopilot.models import draining_machine_ids
@@ -130,15 +130,14 @@ class Dispatcher:
         """The engines that take work now, each with what it holds: the larger of the jobs
         the dashboard has on it (those submitted since its last snapshot included) and the
         unfinished jobs its status lists (those others submitted included)."""
-        hosts = [h for h in self.live_hosts()
-                 if isinstance(h.live.snapshot, EngineSnapshot) and h.live.snapshot.accepting
+        hosts = [(h, snapshot) for h in self.live_hosts()
+                 if (snapshot := h.live.engine_snapshot()) is not None and snapshot.accepting
                  and h.machine_id not in self.draining]
         if not hosts:
             return {}
         ours = await database_sync_to_async(jobs.holding_by_machine)()
         engines = {}
-        for host in hosts:
-            snapshot = cast(EngineSnapshot, host.live.snapshot)
+        for host, snapshot in hosts:
             listed = sum(1 for p in snapshot.pipelines if p.status in UNFINISHED_STATUSES)
             engines[host.machine_id] = (placement.Engine(
                 host.machine_id, len(snapshot.gpu_workers),

@@ -94,7 +94,7 @@ class Command(BaseCommand):
         parser.add_argument("--kill", action="store_true",
                             help="SIGKILL one controller a third into the load; report takeover")
         parser.add_argument("--profile", metavar="PATH",
-                            help="record the (first) controller with py-spy during the load "
+                            help="record the (first) controller with py-spy (--gil) during the load "
                                  "and write a speedscope profile to PATH")
         parser.add_argument("--browser", action="store_true",
                             help="also open the fleet page and a host page in headless "
@@ -195,7 +195,7 @@ class Command(BaseCommand):
                     if profile and first:
                         profiler = await asyncio.create_subprocess_exec(
                             shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
-                            "record", "--nonblocking", "--pid", str(fleet[0].pid), "--duration",
+                            "record", "--nonblocking", "--gil", "--pid", str(fleet[0].pid), "--duration",
                             str(round(duration / 3 if kill else duration)), "--format",
                             "speedscope", "--output", profile, stdout=subprocess.DEVNULL)
                     if kill and first:
