@@ -306,14 +306,19 @@ def test_to_json_is_the_whole_snapshot_field_by_field():
     assert "x" not in snap.counters.queue_depth_by_kind
 
 
-def test_from_json_reads_back_exactly_what_to_json_wrote():
-    t = tracker(memory=lambda: (100, 10))
+def proving_one_partition(t):
+    """`t` with an SRS loaded and job "a"'s partition 0 on worker 0: every part a snapshot has."""
     t.srs_update("porep-c2.tiny", 50, "loaded", 0)
     t.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
                    priority="high", partitions=2)
     t.job_started("a")
     ready(t, "a", 0)
     t.worker_pickup(0, "a", 0)
+    return t
+
+
+def test_from_json_reads_back_exactly_what_to_json_wrote():
+    t = proving_one_partition(tracker(memory=lambda: (100, 10)))
     snap = t.snapshot()
     wire = json.loads(json.dumps({**snap.to_json(), "added_by_a_newer_engine": 1}))
     assert EngineSnapshot.from_json(wire) == snap
@@ -356,13 +361,8 @@ def test_from_json_names_the_part_that_is_missing_or_misshapen(damage, named):
 def _complete_wire() -> dict:
     """A snapshot's JSON with one of every part from_json reads: pipelines with partitions,
     workers, devices, allocations of both lists, the CPU split, the optional fields."""
-    t = tracker(cpu=CpuSnapshot(cores=2, synthesis_processes=4, msm_threads=1, provers=2))
-    t.srs_update("porep-c2.tiny", 50, "loaded", 0)
-    t.register_job("a", kind="porep-c2", profile="tiny", circuit_id="porep-c2.tiny",
-                   priority="high", partitions=2)
-    t.job_started("a")
-    ready(t, "a", 0)
-    t.worker_pickup(0, "a", 0)
+    t = proving_one_partition(
+        tracker(cpu=CpuSnapshot(cores=2, synthesis_processes=4, msm_threads=1, provers=2)))
     wire = json.loads(json.dumps(t.snapshot().to_json()))
     wire["allocations"].setdefault("pce", []).append(dict(wire["allocations"]["srs"][0]))
     return wire
