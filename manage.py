@@ -2,7 +2,7 @@
 import os
 import sys
 
-from vastmgr.errors import SettingsError
+from vastmgr.lib.errors import SettingsError
 
 
 def main():

@@ -12,7 +12,7 @@ django_http = get_asgi_application()
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 
-from vastmgr.fleet.consumers import SameOriginValidator
+from vastmgr.front.consumers import SameOriginValidator
 from vastmgr.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter(

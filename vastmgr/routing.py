@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
-from vastmgr.fleet.consumers import FleetConsumer, HostConsumer, NoSuchSocket, RelayConsumer
-from vastmgr.proofs.consumers import ProofConsumer
+from vastmgr.front.consumers import FleetConsumer, HostConsumer, NoSuchSocket, RelayConsumer
+from vastmgr.front.proof_consumers import ProofConsumer
 
 websocket_urlpatterns = [
     path("ws/fleet/", FleetConsumer.as_asgi()),

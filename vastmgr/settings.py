@@ -3,19 +3,19 @@
 import os
 from pathlib import Path
 
-from vastmgr import config
-from vastmgr.metrics import conf as metrics_conf
+from vastmgr.lib import environment
+from vastmgr.metrics import config as metrics_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = config.data_dir(BASE_DIR)
+DATA_DIR = environment.data_dir(BASE_DIR)
 
-SECRET_KEY = config.secret_key(DATA_DIR)
-DEBUG = config.env_flag("DEBUG")
-ALLOWED_HOSTS = config.env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
-CSRF_TRUSTED_ORIGINS = config.env_list("CSRF_TRUSTED_ORIGINS", [])
+SECRET_KEY = environment.secret_key(DATA_DIR)
+DEBUG = environment.env_flag("DEBUG")
+ALLOWED_HOSTS = environment.env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = environment.env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Behind TLS in production: secure cookies, HSTS and redirects. Off for the plain-http embedded mode.
-HTTPS = config.env_flag("VASTMGR_HTTPS")
+HTTPS = environment.env_flag("VASTMGR_HTTPS")
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS
 SECURE_HSTS_SECONDS = 31536000 if HTTPS else 0
@@ -35,19 +35,26 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "ninja",  # the API docs page's template and static files
+    # vastmgr's apps by floor, bottom up: each imports only the floors below it (README
+    # "How the code is laid out"; tests/vastmgr/test_floors.py holds them to it).
     "vastmgr.fleet",
     "vastmgr.proofs",
+    "vastmgr.instances",
     "vastmgr.remote",
+    "vastmgr.autopilot",
+    "vastmgr.front",
+    "vastmgr.api",
     "vastmgr.metrics",
     "vastmgr.notify",
-    "vastmgr.instances",
-    "vastmgr.api",
-    "vastmgr.autopilot",
+    "vastmgr.controller",
+    "vastmgr.ops",
+    # The roof, outside the product: benchmarks, load generators and fakes (their commands).
+    "devtools",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "vastmgr.params.RejectNulMiddleware",
+    "vastmgr.lib.params.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -76,9 +83,9 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": config.database(DATA_DIR)}
+DATABASES = {"default": environment.database(DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-CHANNEL_LAYERS = config.channel_layers()
+CHANNEL_LAYERS = environment.channel_layers()
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -110,10 +117,10 @@ LOGGING = {
 
 # Operations (README "Operations"): Prometheus metrics and their alert thresholds.
 VASTMGR_METRICS_TOKEN = os.environ.get("VASTMGR_METRICS_TOKEN", "").strip()
-VASTMGR_METRICS_RELAY_INTERVAL = metrics_conf.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
-VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_conf.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)
-VASTMGR_BACKLOG_BUDGET_SECONDS = metrics_conf.backlog_budgets()
+VASTMGR_METRICS_RELAY_INTERVAL = metrics_config.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
+VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_config.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)
+VASTMGR_BACKLOG_BUDGET_SECONDS = metrics_config.backlog_budgets()
 # Notifications (vastmgr/notify): retries wait the base, doubled each time, up to the cap.
-VASTMGR_NOTIFY_BACKOFF_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_S", 5.0)
-VASTMGR_NOTIFY_BACKOFF_CAP_SECONDS = metrics_conf.env_positive("VASTMGR_NOTIFY_BACKOFF_CAP_S", 600.0)
-VASTMGR_NOTIFY_ATTEMPTS = int(metrics_conf.env_positive("VASTMGR_NOTIFY_ATTEMPTS", 8.0))
+VASTMGR_NOTIFY_BACKOFF_SECONDS = metrics_config.env_positive("VASTMGR_NOTIFY_BACKOFF_S", 5.0)
+VASTMGR_NOTIFY_BACKOFF_CAP_SECONDS = metrics_config.env_positive("VASTMGR_NOTIFY_BACKOFF_CAP_S", 600.0)
+VASTMGR_NOTIFY_ATTEMPTS = int(metrics_config.env_positive("VASTMGR_NOTIFY_ATTEMPTS", 8.0))

@@ -1,10 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from vastmgr.fleet import detail as fleet_detail
-from vastmgr.fleet import views as fleet_views
+from vastmgr.front import detail as fleet_detail
+from vastmgr.front import fleet_views, proof_views
 from vastmgr.metrics import views as metrics_views
-from vastmgr.proofs import views as proof_views
 
 urlpatterns = [
     path("", fleet_views.fleet, name="fleet"),
@@ -40,4 +39,4 @@ urlpatterns = [
 
 # Error pages extend base.html for the navigation; a 500 is rendered without the request's
 # context processors (they may be what failed).
-handler500 = "vastmgr.views.server_error"
+handler500 = "vastmgr.front.error_pages.server_error"

@@ -7,7 +7,7 @@ not from our engine or our client: one read of up to 4096 bytes, `GET /status` â
 Stricter than the real one: the request line must be exactly `GET /status HTTP/1.x`.
 
 `SCRIPT` is a sequence of snapshots an operator could really see, each known lie once, with a
-truthful snapshot after it; `expect` names the lie codes (vastmgr.fleet.lies) each step must
+truthful snapshot after it; `expect` names the lie codes (vastmgr.fleet.lie_detector) each step must
 raise, and `advance` the seconds to let pass before it (history lies need time).
 """
 

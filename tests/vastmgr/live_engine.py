@@ -129,8 +129,8 @@ async def wait_until(predicate, timeout: float = 30.0, every: float = 0.1):
 @contextlib.asynccontextmanager
 async def running_controller(**options):
     """A fleet controller running its own loop (fast ticks) for the duration of the block."""
-    from vastmgr.fleet.controller.publish import LayerPublisher
-    from vastmgr.fleet.controller.service import FleetController
+    from vastmgr.controller.service import FleetController
+    from vastmgr.front.publish import LayerPublisher
 
     controller = FleetController(publisher=LayerPublisher(), tick=0.2, interval=0.5, **options)
     stop = asyncio.Event()

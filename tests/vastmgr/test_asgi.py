@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from vastmgr.asgi import application
-from vastmgr.fleet.consumers import CLOSE_FORBIDDEN
+from vastmgr.front.consumers import CLOSE_FORBIDDEN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,9 +11,9 @@ from django.test import Client
 
 from tests.vastmgr.live_engine import session_cookie
 from vastmgr.asgi import application
-from vastmgr.fleet import fragments
-from vastmgr.fleet.consumers import same_origin
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
+from vastmgr.front import fragments
+from vastmgr.front.consumers import same_origin
 
 
 @pytest.fixture

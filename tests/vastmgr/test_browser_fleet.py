@@ -15,7 +15,7 @@ from tests.vastmgr.test_browser import (
     running_stack,
     screenshot,
 )
-from vastmgr.fleet.fragments import render_toast
+from vastmgr.front.fragments import render_toast
 
 param_cache, browser = live_engine.param_cache, test_browser.browser
 

@@ -22,11 +22,11 @@ from decimal import Decimal
 import asyncssh
 import pytest
 
+from devtools.fake_vast import FakeVast
 from tests.conftest import free_port
 from tests.vastmgr import test_browser
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
-from vastmgr.fleet.detail import LOG_POLL_S
-from vastmgr.remote.fake_vast import FakeVast
+from vastmgr.front.detail import LOG_POLL_S
 
 param_cache, browser = test_browser.param_cache, test_browser.browser
 

@@ -11,12 +11,11 @@ from channels.testing import WebsocketCommunicator
 
 from tests.vastmgr.live_engine import session_cookie, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
-from vastmgr.fleet.controller.publish import LayerPublisher, fragment_event, relay_token
-from vastmgr.fleet.controller.viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP
-from vastmgr.fleet.fragments import fleet_page_group
 from vastmgr.fleet.models import HostStatus, Machine
-from vastmgr.fleet.table import fleet_table
+from vastmgr.front.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
+from vastmgr.front.fleet_table import fleet_table
+from vastmgr.front.publish import LayerPublisher, fragment_event, relay_token
+from vastmgr.front.viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP, fleet_page_group
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db(transaction=True)

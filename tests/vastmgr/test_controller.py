@@ -22,10 +22,10 @@ from cuzk_engine.errors import EngineUnreachable
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet.controller.publish import LayerPublisher
-from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.viewers import CONTROLLER_GROUP
+from vastmgr.controller.service import FleetController
 from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.front.publish import LayerPublisher
+from vastmgr.front.viewers import CONTROLLER_GROUP
 from vastmgr.remote.models import RemoteHost
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -468,8 +468,9 @@ async def test_the_totals_a_page_shows_are_the_fleets_after_every_tick(engine):
     shows must stay the fleet's totals as the database has them after each tick: a host added,
     a lifecycle state changed, the engine's own state changed, time passing, a host killed, the
     controller restarted on the same fleet and its relay rejoined."""
-    from vastmgr.fleet.controller.shown import shown_values
-    from vastmgr.fleet.fragments import load_hosts, render_fleet_totals
+    from vastmgr.controller.last_sent import shown_values
+    from vastmgr.front.fragments import render_fleet_totals
+    from vastmgr.front.readmodel import load_hosts
 
     start = '<div id="fleet-totals"'
     clock = FakeClock()

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tests.conftest import eventually, free_port, wait_for_http
-from vastmgr.fleet.management.commands.up import ensure_admin
+from vastmgr.ops.management.commands.up import ensure_admin
 
 STARTUP_TIMEOUT = 120
 
@@ -90,8 +90,8 @@ class ExitedProcess:
 
 @pytest.mark.django_db
 def test_a_crashing_child_is_restarted_with_backoff_then_left_down_after_the_cap():
-    from vastmgr.fleet.management.commands import up
     from vastmgr.fleet.models import Event
+    from vastmgr.ops.management.commands import up
 
     command = up.Command(stdout=io.StringIO(), stderr=io.StringIO())
     child = up.Child("engine", ["true"], proc=ExitedProcess())

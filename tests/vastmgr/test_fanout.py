@@ -19,21 +19,21 @@ from channels.testing import WebsocketCommunicator
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
+from devtools.loadgen import LoadGenerator, ViewerLog
 from tests.vastmgr.live_engine import session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
-from vastmgr.fleet import fragments
-from vastmgr.fleet.controller import service
-from vastmgr.fleet.controller.loadgen import LoadGenerator, ViewerLog
-from vastmgr.fleet.controller.publish import (
+from vastmgr.controller import service
+from vastmgr.controller.last_sent import MONEY, MOVING, TICK, ShownRows, shown_values
+from vastmgr.controller.service import FleetController
+from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.front import viewers
+from vastmgr.front.publish import (
     SYNC_EVERY,
     SYNC_KEEP,
     LayerPublisher,
     Sequencer,
     relay_batches,
 )
-from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.shown import MONEY, MOVING, TICK, ShownRows, shown_values
-from vastmgr.fleet.models import HostStatus, Machine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
             assert log.latencies(sent_at)  # the rows carried seqs the load generator sent
         assert panel_seqs == sorted(panel_seqs)
         pushed_panels = {g for g in publisher.groups if g.startswith("host.")}
-        assert pushed_panels == {fragments.host_group(watched)}
+        assert pushed_panels == {viewers.host_group(watched)}
         assert max(publisher.fleet_rows) == 2
     finally:
         for task in readers:
@@ -231,7 +231,8 @@ def test_the_row_diff_never_holds_back_a_value_the_row_shows():
     from datetime import UTC, datetime
     from decimal import Decimal
 
-    from vastmgr.fleet.fragments import HostView, render_fleet_row
+    from vastmgr.front.fragments import render_fleet_row
+    from vastmgr.front.readmodel import HostView
 
     machine = Machine.objects.create(name="diffed", provider="local", host="127.0.0.1",
                                      price_per_hour=Decimal("0.5"))
@@ -297,7 +298,8 @@ def test_a_host_view_kept_from_an_earlier_render_is_the_one_a_new_render_makes()
 
     from django.utils import timezone
 
-    from vastmgr.fleet.fragments import HostView, fleet_totals, host_views, render_fleet_row
+    from vastmgr.front.fragments import render_fleet_row
+    from vastmgr.front.readmodel import HostView, fleet_totals, host_views
     from vastmgr.proofs.models import ProofJob
 
     def machine(name):

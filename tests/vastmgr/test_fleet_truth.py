@@ -10,11 +10,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet import fragments
-from vastmgr.fleet.controller.hosts import HostState
-from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.watcher import HostLive
+from vastmgr.controller.hosts import HostState
+from vastmgr.controller.service import FleetController
+from vastmgr.controller.watcher import HostLive
 from vastmgr.fleet.models import HostSample, HostStatus, Machine
+from vastmgr.front import fragments, readmodel
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.models import RemoteHost
 
@@ -119,7 +119,7 @@ def test_the_idle_gpu_flag_needs_the_condition_to_hold_on_the_controllers_clock(
         clock[0] = 1_000_000.0 + seconds
         live.last_seen = clock[0]
         status = controller._status_row(machine.pk, clock[0])
-        (host,) = fragments.host_views([machine], {machine.pk: status}, clock[0])
+        (host,) = readmodel.host_views([machine], {machine.pk: status}, clock[0])
         html = fragments.render_fleet_row(host) + fragments.render_fleet_totals([host], clock[0])
         return "idle GPU with work waiting" in html
 
@@ -161,7 +161,7 @@ def test_fleet_cost_running_price_spend_and_measured_cost_per_proof(admin_client
     for seed in range(4):
         ProofJob.objects.create(kind="porep-c2", seed=seed, machine=machine, status="done",
                                 finished_at=timezone.now())
-    (host,) = fragments.load_hosts(time.time(), [machine.pk])
+    (host,) = readmodel.load_hosts(time.time(), [machine.pk])
     assert host.running_dph == 0.5 and host.spent == pytest.approx(1.0, abs=0.001)
     assert host.cost_per_proof == pytest.approx(0.25, abs=0.001)  # $1.00 over 2 h / 4 proofs
     html = admin_client.get("/").content.decode()
@@ -187,7 +187,7 @@ def test_charts_rate_and_busy_come_from_counter_differences_over_the_window(mach
         ago = 600 - 10 * i
         sample(machine, ago, completed=3 if ago > 300 else 4,
                busy_seconds=100 + max(0, 300 - ago))
-    c = fragments.chart_series(machine, time.time(), "1h")
+    c = readmodel.chart_series(machine, time.time(), "1h")
     assert c["proofs"] == 1 and c["covered"] == pytest.approx(600, abs=2)
     assert c["rate"] == pytest.approx(0.1, abs=0.01)  # 1 proof in 10 min, not 6/min
     assert c["busy"] == pytest.approx(25, abs=1)  # 300 of 2 × 600 worker-seconds
@@ -195,7 +195,7 @@ def test_charts_rate_and_busy_come_from_counter_differences_over_the_window(mach
     assert len(c["series"]["t"]) == len(c["series"]["busy"]) == len(c["series"]["rate"])
     assert max(v for v in c["series"]["busy"] if v is not None) == pytest.approx(50, abs=1)
 
-    short = fragments.chart_series(machine, time.time(), "15m")
+    short = readmodel.chart_series(machine, time.time(), "15m")
     assert short["window"] == "15m" and short["proofs"] == 1
 
 
@@ -205,7 +205,7 @@ def test_charts_survive_engine_restarts_and_gaps(machine):
     sample(machine, 100, completed=1, busy_seconds=2)  # host away, then a restarted engine
     sample(machine, 90, completed=2, busy_seconds=7)
     sample(machine, 80, completed=1, busy_seconds=3)  # restarted again, one proof since
-    c = fragments.chart_series(machine, time.time(), "15m")
+    c = readmodel.chart_series(machine, time.time(), "15m")
     assert c["proofs"] == 2 + 1 + 1  # nothing is counted across the gap
     assert None in c["series"]["rate"]  # the gap stays a gap
     assert all(v is None or v >= 0 for v in c["series"]["rate"] + c["series"]["busy"])
@@ -334,7 +334,7 @@ def test_jobs_left_undispatched_beside_an_idle_engine_are_flagged_only_after_the
     job = ProofJob.objects.create(kind="porep-c2", seed=1)  # just submitted: dispatch is next
 
     def flagged() -> bool:
-        return fragments.fleet_totals(fragments.load_hosts(time.time()))["idle_while_waiting"]
+        return readmodel.fleet_totals(readmodel.load_hosts(time.time()))["idle_while_waiting"]
 
     assert not flagged()
     ProofJob.objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(seconds=6))

@@ -19,7 +19,7 @@ from tests.vastmgr.test_auth import iter_patterns
 from vastmgr.fleet.models import HostStatus, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import views as remote_views
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.models import Secret
 
 pytestmark = pytest.mark.django_db

@@ -9,10 +9,10 @@ from django.contrib.auth.models import User
 
 from cuzk_engine.vocabulary import PARTITION_PHASES
 from tests.conftest import REPO
-from vastmgr.errors import SecretUnavailable
 from vastmgr.fleet.models import Machine
+from vastmgr.front.error_pages import server_error
+from vastmgr.lib.errors import SecretUnavailable
 from vastmgr.remote.models import Secret
-from vastmgr.views import server_error
 
 CSS = (REPO / "static" / "vastmgr" / "app.css").read_text()
 

@@ -7,12 +7,12 @@ import pytest
 from channels.db import database_sync_to_async
 
 from tests.vastmgr.live_engine import running_controller, wait_until
-from vastmgr.fleet.controller.dispatch import Dispatcher
-from vastmgr.fleet.controller.transport import EngineEndpoint
-from vastmgr.fleet.controller.watcher import HostLive, HostWatcher
+from vastmgr.autopilot.management.commands.remote_automation import Command as AutomationCommand
+from vastmgr.controller.dispatch import Dispatcher
+from vastmgr.controller.watcher import HostLive, HostWatcher
 from vastmgr.fleet.models import Event
+from vastmgr.fleet.transport import EngineEndpoint
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.management.commands.remote_automation import Command as AutomationCommand
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from vastmgr.errors import AppendOnlyError, IllegalTransition
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.errors import AppendOnlyError, IllegalTransition
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db

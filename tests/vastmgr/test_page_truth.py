@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from vastmgr.fleet import fragments
 from vastmgr.fleet.models import Event, HostStatus, Machine
-from vastmgr.fleet.templatetags.units import binary_size
+from vastmgr.front import readmodel
+from vastmgr.front.proof_panel import render_proof
+from vastmgr.front.templatetags.units import binary_size
 from vastmgr.proofs import jobs
-from vastmgr.proofs.fragments import render_proof
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db
@@ -190,7 +190,7 @@ def test_every_failed_proof_is_an_event():
 
 def test_fragments_mark_stale_only_hosts_with_data():
     machine = Machine.objects.create(name="new", provider="ssh", host="10.0.0.2")
-    (view,) = fragments.load_hosts(timezone.now().timestamp(), [machine.pk])
+    (view,) = readmodel.load_hosts(timezone.now().timestamp(), [machine.pk])
     assert view.stale is False  # nothing shown, so nothing stale
 
 

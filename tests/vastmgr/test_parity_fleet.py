@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.utils import timezone
 
-from vastmgr.fleet import fragments
 from vastmgr.fleet.models import Event, HostStatus, Machine
-from vastmgr.fleet.table import FleetTableForm, fleet_table
+from vastmgr.front import fragments, readmodel
+from vastmgr.front.fleet_table import FleetTableForm, fleet_table
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.models import BadHost, RemoteHost, Secret, VastSync
 
@@ -211,7 +211,7 @@ def test_the_provider_datas_age_is_shown_and_warned_when_old(admin_client, fleet
 
 def test_pushed_rows_and_totals_are_the_pages(admin_client, fleet):
     """The controller renders rows and totals without a request: same fragments."""
-    hosts = fragments.load_hosts(time.time())
+    hosts = readmodel.load_hosts(time.time())
     row = fragments.render_fleet_row(next(h for h in hosts if h.machine.pk == fleet["a"].pk))
     assert 'class="small danger staff-only destroy-open"' in row and "88 %" in row
     assert 'data-state-count="running"' in fragments.render_fleet_totals(hosts)
@@ -268,7 +268,7 @@ def test_a_destroyed_instance_shows_no_current_figures_and_a_stopped_uptime(admi
         assert "not reported" in row.split(f'class="{cell}"')[1].split("</td>")[0], cell
     uptime = row.split('class="uptime-cell">')[1].split("</td>")[0]
     assert "data-tick" not in uptime  # a stopped clock does not run in the browser
-    assert uptime == fragments.duration(remote.billing_ended.timestamp() - started)
+    assert uptime == readmodel.duration(remote.billing_ended.timestamp() - started)
     assert "destroy-open" not in row
 
 

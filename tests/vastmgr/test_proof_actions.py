@@ -12,7 +12,7 @@ from django.utils import timezone
 from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import running_controller, wait_until
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.proofs.fragments import render_proof
+from vastmgr.front.proof_panel import render_proof
 from vastmgr.proofs.models import ProofJob
 
 engine, param_cache = live_engine.engine, live_engine.param_cache
@@ -92,7 +92,7 @@ def test_retry_of_a_failed_proof_queues_a_new_one_and_links_back(monkeypatch):
     failed = ProofJob.objects.create(kind="porep-c2", profile="tiny", seed=77, priority="high",
                                      requested_by=owner, machine=machine)
     failed.fail("engine exploded")
-    monkeypatch.setattr("vastmgr.proofs.views.unavailable_reason", lambda machine: None)
+    monkeypatch.setattr("vastmgr.front.proof_views.unavailable_reason", lambda machine: None)
     response = post(client, f"/proofs/{failed.pk}/retry/")
     retry = ProofJob.objects.exclude(pk=failed.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/proofs/{retry.pk}/"

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.proofs.forms import ProofListForm
+from vastmgr.front.proof_forms import ProofListForm
 from vastmgr.proofs.models import ProofJob
 
 pytestmark = pytest.mark.django_db

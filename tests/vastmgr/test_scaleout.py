@@ -27,11 +27,11 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from devtools.loadgen import LoadGenerator
 from tests.conftest import REPO, eventually, free_port, wait_for_http
 from tests.vastmgr import live_engine
-from vastmgr.fleet.consumers import CLOSE_FORBIDDEN
-from vastmgr.fleet.controller.leases import RENEWALS_PER_PERIOD
-from vastmgr.fleet.controller.loadgen import LoadGenerator
+from vastmgr.fleet.leases import RENEWALS_PER_PERIOD
+from vastmgr.front.consumers import CLOSE_FORBIDDEN
 
 param_cache = live_engine.param_cache
 

@@ -31,11 +31,10 @@ from tests.vastmgr.live_engine import (
 )
 from tests.vastmgr.remote.fake_host import FakeHost
 from vastmgr.asgi import application
-from vastmgr.fleet import fragments
-from vastmgr.fleet.controller.upstream import map_snapshot, poll_interval
-from vastmgr.fleet.lies import LieDetector
+from vastmgr.controller.upstream import map_snapshot, poll_interval
+from vastmgr.fleet.lie_detector import LieDetector
 from vastmgr.fleet.models import HostAction, HostStatus, Machine
-from vastmgr.proofs import forms as proof_forms
+from vastmgr.front import fragments, proof_forms, readmodel
 from vastmgr.proofs.models import ProofJob
 
 engine, param_cache = live_engine.engine, live_engine.param_cache
@@ -194,7 +193,7 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
     html = upstream_panel(machine, {})  # a daemon that sends nothing we know
     for label in (f"Pipelines {NR}.", f"Workers {NR}.", f"{NR} done", f"jobs waiting {NR}", f"{NR} not started"):
         assert label in html, label
-    row = fragments.render_fleet_row(fragments.load_hosts(time.time(), [machine.pk])[0])
+    row = fragments.render_fleet_row(readmodel.load_hosts(time.time(), [machine.pk])[0])
     assert f'<td class="waiting-cell">{NR}</td>' in row  # its waiting work: not reported, not 0
 
 

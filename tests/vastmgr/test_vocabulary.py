@@ -6,8 +6,8 @@ import re
 import pytest
 
 from cuzk_engine import vocabulary
-from vastmgr.proofs import forms
-from vastmgr.proofs.fragments import PHASE_LABELS, render_proof
+from vastmgr.front import proof_forms as forms
+from vastmgr.front.proof_panel import PHASE_LABELS, render_proof
 from vastmgr.proofs.models import ProofJob
 from vastmgr.proofs.progress import STARTED_PHASES
 

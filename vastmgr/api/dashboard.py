@@ -14,15 +14,14 @@ from django.utils import timezone
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import HttpError
 
-from vastmgr.errors import SecretUnavailable, VastError
+from vastmgr.api.v1 import TokenAuth, django_auth
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import LOG_LINES_PER_INSTANCE, SOURCE_MAX, UUID_MAX, Instance, LogLine
-from vastmgr.params import MAX_ID
+from vastmgr.lib.errors import SecretUnavailable, VastError
+from vastmgr.lib.params import MAX_ID
 from vastmgr.remote import vast
 from vastmgr.remote.models import BadHost, HostPerf
 from vastmgr.remote.views import destroy
-
-from .v1 import TokenAuth, django_auth
 
 compat = NinjaAPI(title="vast-manager compatibility", version="vast-manager",
                   urls_namespace="vast-manager", auth=[TokenAuth(), django_auth],

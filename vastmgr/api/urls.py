@@ -1,9 +1,9 @@
 from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver, path
 
-from . import vast_manager, views
-from .dashboard import compat
-from .v1 import api
+from vastmgr.api import vast_manager, views
+from vastmgr.api.dashboard import compat
+from vastmgr.api.v1 import api
 
 
 def _own_auth(patterns: list) -> list:

@@ -17,28 +17,8 @@ from ninja import NinjaAPI, Path, Query, Schema, Status
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
 
-from vastmgr.errors import SecretUnavailable, VastError
-from vastmgr.fleet.forms import EventListForm
-from vastmgr.fleet.models import Event, HostStatus, Machine
-from vastmgr.params import MAX_ID
-from vastmgr.proofs.forms import ProofListForm, TestProofForm
-from vastmgr.proofs.models import ProofJob
-from vastmgr.proofs.views import (
-    ARCHIVE_NAME,
-    FILES,
-    create_jobs,
-    filtered_jobs,
-    proof_archive,
-    proof_files,
-    unavailable_reason,
-)
-from vastmgr.remote import vast
-from vastmgr.remote.actions import LAUNCHED, why_not
-from vastmgr.remote.forms import AddHostForm, OfferSearchForm
-from vastmgr.remote.views import add_ssh_host, destroy, launch_action
-
-from .models import ApiToken
-from .schemas import (
+from vastmgr.api.models import ApiToken
+from vastmgr.api.schemas import (
     Action,
     ActionResult,
     EventOut,
@@ -54,6 +34,25 @@ from .schemas import (
     ProofPage,
     RentIn,
 )
+from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.front.fleet_forms import EventListForm
+from vastmgr.front.proof_forms import ProofListForm, TestProofForm
+from vastmgr.front.proof_views import (
+    ARCHIVE_NAME,
+    FILES,
+    create_jobs,
+    filtered_jobs,
+    proof_archive,
+    proof_files,
+    unavailable_reason,
+)
+from vastmgr.lib.errors import SecretUnavailable, VastError
+from vastmgr.lib.params import MAX_ID
+from vastmgr.proofs.models import ProofJob
+from vastmgr.remote import vast
+from vastmgr.remote.actions import LAUNCHED, why_not
+from vastmgr.remote.forms import AddHostForm, OfferSearchForm
+from vastmgr.remote.views import add_ssh_host, destroy, launch_action
 
 
 class TokenAuth(HttpBearer):

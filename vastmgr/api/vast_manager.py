@@ -12,19 +12,19 @@ from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Schema
 
-from vastmgr.errors import SecretUnavailable, SSHError, VastError
+from vastmgr.api.dashboard import _when, compat
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import UUID_MAX, Instance
-from vastmgr.params import MAX_ID
-from vastmgr.remote import background, vast
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.lib.errors import SecretUnavailable, SSHError, VastError
+from vastmgr.lib.params import MAX_ID
+from vastmgr.remote import ssh_loop as background
+from vastmgr.remote import vast
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.forms import RentForm
 from vastmgr.remote.models import BadHost, HostPerf
 from vastmgr.remote.offer_query import DEFAULT_FILTER, FilterError, conditions
-from vastmgr.remote.transport import has_engine
+from vastmgr.remote.tunnel import has_engine
 from vastmgr.remote.views import rent_offer
-
-from .dashboard import _when, compat
 
 MANAGER_LOG_TAIL, MANAGER_LOG_MAX = 500, 5000  # main.go's default tail and its buffer
 # main.go's deploy defaults: 250 GB of disk, a minimum of 30 proofs/h.

@@ -7,9 +7,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from vastmgr.http import AuthenticatedHttpRequest
-
-from .models import ApiToken
+from vastmgr.api.models import ApiToken
+from vastmgr.lib.http import AuthenticatedHttpRequest
 
 
 class TokenForm(forms.Form):

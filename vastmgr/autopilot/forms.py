@@ -1,8 +1,7 @@
 from django import forms
 
 from cuzk_engine.vocabulary import KINDS
-
-from .models import DEFAULT_BUDGETS_MIN, Autopilot
+from vastmgr.autopilot.models import DEFAULT_BUDGETS_MIN, Autopilot
 
 
 class LimitsForm(forms.ModelForm):

@@ -10,9 +10,8 @@ from django.core.validators import MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
 
+from vastmgr.autopilot.planner import Decision, Limits
 from vastmgr.fleet.models import Event, Machine
-
-from .planner import Decision, Limits
 
 EVENT_KIND = "autopilot"
 # Minutes from submission to done, per kind ("kind:priority" keys override one priority).

@@ -18,16 +18,16 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.errors import ProvisionError, VastError
-from vastmgr.fleet.controller.leases import controller_name
+from vastmgr.autopilot import planner
+from vastmgr.autopilot import planner_input as snapshot
+from vastmgr.autopilot.models import EVENT_KIND, Autopilot, ManagedHost, Proposal
+from vastmgr.autopilot.planner import Action, Decision, Plan
+from vastmgr.fleet.leases import controller_name
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.errors import ProvisionError, VastError
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
 from vastmgr.remote.models import BadHost
-
-from . import planner, snapshot
-from .models import EVENT_KIND, Autopilot, ManagedHost, Proposal
-from .planner import Action, Decision, Plan
 
 log = logging.getLogger(__name__)
 

@@ -9,16 +9,15 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from vastmgr.errors import SecretUnavailable, VastError
+from vastmgr.autopilot import pilot as pilot_module
+from vastmgr.autopilot.forms import LimitsForm
+from vastmgr.autopilot.models import EVENT_KIND, Autopilot, Proposal
+from vastmgr.autopilot.planner import duration
+from vastmgr.autopilot.planner_input import RemoteSettings, hosts
 from vastmgr.fleet.models import Event
-from vastmgr.http import AuthenticatedHttpRequest
+from vastmgr.lib.errors import SecretUnavailable, VastError
+from vastmgr.lib.http import AuthenticatedHttpRequest
 from vastmgr.remote import vast
-
-from . import pilot as pilot_module
-from .forms import LimitsForm
-from .models import EVENT_KIND, Autopilot, Proposal
-from .planner import duration
-from .snapshot import RemoteSettings, hosts
 
 LAST_DECISIONS = 30
 

@@ -3,9 +3,8 @@ from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 
-from vastmgr.params import FilterLookupsOnly
-
-from .models import Event, Machine
+from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.params import FilterLookupsOnly
 
 
 class MachineAdminForm(forms.ModelForm):

@@ -4,8 +4,8 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from vastmgr.errors import AppendOnlyError
-from vastmgr.transitions import check_transition
+from vastmgr.lib.errors import AppendOnlyError
+from vastmgr.lib.transitions import check_transition
 
 
 class MachineQuerySet(models.QuerySet):

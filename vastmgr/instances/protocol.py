@@ -15,8 +15,8 @@ from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .conf import AUTH_REQUIRED, CallHomeSettings
-from .models import DeploySecret, Instance
+from vastmgr.instances.config import AUTH_REQUIRED, CallHomeSettings
+from vastmgr.instances.models import DeploySecret, Instance
 
 
 class ProtocolError(Exception):

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from .fleet import FleetCollector
-from .models import RelayedMetrics
+from vastmgr.metrics.fleet import FleetCollector
+from vastmgr.metrics.models import RelayedMetrics
 
 # A relayed scrape older than this many relay intervals is no longer served.
 FRESH_INTERVALS = 3

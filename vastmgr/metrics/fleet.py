@@ -29,9 +29,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from cuzk_engine.vocabulary import KINDS
-from vastmgr.fleet.controller.liveness import LIVE, OFFLINE, STALE
-from vastmgr.fleet.fragments import HostView, load_hosts
+from vastmgr.fleet.liveness import LIVE, OFFLINE, STALE
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.front.readmodel import HostView, load_hosts
 from vastmgr.proofs.models import ProofJob
 
 # Proof duration buckets, seconds: a tiny proof takes about one, a large one minutes.

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .exposition import engines_exposition, fleet_exposition
+from vastmgr.metrics.exposition import engines_exposition, fleet_exposition
 
 
 def _allowed(request: HttpRequest) -> bool:

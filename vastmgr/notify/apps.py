@@ -8,8 +8,7 @@ class NotifyConfig(AppConfig):
 
     def ready(self) -> None:
         from vastmgr.fleet.models import Event
-
-        from .outbox import enqueue
+        from vastmgr.notify.outbox import enqueue
 
         # Every Event, from any process, passes through here in its own transaction: a rolled
         # back Event leaves no delivery behind.

@@ -3,7 +3,7 @@ from datetime import timedelta
 import apprise
 from django import forms
 
-from .models import Channel
+from vastmgr.notify.models import Channel
 
 # What a channel can subscribe to: the alerts' own kinds, then the Event kinds.
 TOPICS = [

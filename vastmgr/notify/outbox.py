@@ -15,10 +15,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.errors import SecretUnavailable
 from vastmgr.fleet.models import Event
-
-from .models import Channel, Delivery, event_topic, fingerprint
+from vastmgr.lib.errors import SecretUnavailable
+from vastmgr.notify.models import Channel, Delivery, event_topic, fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from .forms import ChannelForm
-from .models import Channel, Delivery
-from .outbox import send_test
+from vastmgr.notify.forms import ChannelForm
+from vastmgr.notify.models import Channel, Delivery
+from vastmgr.notify.outbox import send_test
 
 RECENT_DELIVERIES = 50
 

@@ -8,8 +8,8 @@ import time
 
 from django.conf import settings
 
-from vastmgr.fleet.fragments import HostView, load_hosts
 from vastmgr.fleet.models import Event
+from vastmgr.front.readmodel import HostView, load_hosts
 
 OVER_BUDGET = "over_budget"
 UPSTREAM_LIE = "upstream_lie"

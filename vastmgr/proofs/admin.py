@@ -1,8 +1,7 @@
 from django.contrib import admin
 
-from vastmgr.params import FilterLookupsOnly
-
-from .models import ProofJob
+from vastmgr.lib.params import FilterLookupsOnly
+from vastmgr.proofs.models import ProofJob
 
 
 @admin.register(ProofJob)

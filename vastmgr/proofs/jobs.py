@@ -19,12 +19,11 @@ from django.utils import timezone
 
 from cuzk_engine.engine.snapshot import PipelineSnapshot
 from cuzk_engine.vocabulary import PRIORITY_RANK, UNFINISHED_STATUSES
-from vastmgr.errors import VerificationError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.errors import VerificationError
+from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.progress import JobProgress
 from vastmgr.proofs.verify import reverify
-
-from .models import ProofJob
-from .progress import JobProgress
 
 
 def queued_jobs(limit: int = 200) -> list[ProofJob]:

@@ -11,9 +11,8 @@ from django.utils import timezone
 
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSES
 from vastmgr.fleet.models import Event
-from vastmgr.transitions import check_transition
-
-from .progress import PHASE_LABELS, PHASE_TITLES, JobProgress
+from vastmgr.lib.transitions import check_transition
+from vastmgr.proofs.progress import PHASE_LABELS, PHASE_TITLES, JobProgress
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1

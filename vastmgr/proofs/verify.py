@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cuzk_engine.errors import ProofFormatError
 from cuzk_engine.groth16 import PROOF_BYTES, VerifyingKey, verify_partitions
-from vastmgr.errors import VerificationError
+from vastmgr.lib.errors import VerificationError
 
 
 def reverify(vk: dict | None, public_inputs: object, proof: bytes) -> bool:

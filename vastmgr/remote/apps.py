@@ -6,9 +6,8 @@ class RemoteConfig(AppConfig):
     verbose_name = "Remote machines"
 
     def ready(self) -> None:
-        from vastmgr.fleet.controller.transport import register_transport
-
-        from .transport import SSHTunnelTransport
+        from vastmgr.fleet.transport import register_transport
+        from vastmgr.remote.tunnel import SSHTunnelTransport
 
         register_transport("ssh", SSHTunnelTransport.for_machine)
         register_transport("vast", SSHTunnelTransport.for_machine)

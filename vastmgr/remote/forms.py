@@ -11,9 +11,8 @@ from django import forms
 
 from vastmgr.fleet.models import Machine
 from vastmgr.instances.models import SECRET_ENV
-
-from .conf import parse_env
-from .vast import MIN_RATE_ENV, Deployment
+from vastmgr.remote.config import parse_env
+from vastmgr.remote.vast import MIN_RATE_ENV, Deployment
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
 MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused

@@ -9,14 +9,11 @@ from asgiref.sync import sync_to_async
 from django.db.models import Max
 from django.utils import timezone
 
-from vastmgr.errors import SSHError
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
-
-from . import alerts, vast
-from .conf import RemoteSettings
-from .models import BadHost, HostPerf, RemoteHost
-from .ssh import LinkPool
+from vastmgr.remote import alerts, vast
+from vastmgr.remote.config import RemoteSettings
+from vastmgr.remote.models import BadHost, HostPerf, RemoteHost
 
 MANAGED = (Machine.Provider.SSH, Machine.Provider.VAST)
 # A crashed engine is restarted at most this many times per window; then an operator acts.
@@ -174,11 +171,10 @@ class Automation:
 
     def __init__(self, settings: RemoteSettings | None = None, *,
                  now: Callable[[], datetime] = timezone.now,
-                 vast_client: vast.VastClient | None = None, links: LinkPool | None = None):
+                 vast_client: vast.VastClient | None = None):
         self.settings = settings or RemoteSettings.load()
         self.now = now
         self.vast_client = vast_client
-        self.links = links
         self._jobs_checked_until = now()
 
     async def tick(self) -> None:
@@ -193,19 +189,6 @@ class Automation:
         self._jobs_checked_until = now
         for alert in found:
             await alerts.send(alert, self.settings.alert_webhook_url)
-        if self.links is not None:
-            await self.revive_crashed(self.links, now)
-
-    async def revive_crashed(self, links: LinkPool, now: datetime) -> None:
-        """Restart engines that died on reachable hosts (bounded tries, each an Event)."""
-        from .provision import Provisioner
-
-        for machine_id, tries in await sync_to_async(engines_to_revive)(now):
-            try:
-                await Provisioner(machine_id, link=links.get(machine_id),
-                                  automation=self).revive(tries + 1, REVIVE_TRIES)
-            except SSHError:
-                pass  # the link recorded it; nothing to restart on a host we cannot reach
 
     async def benchmark_done(self, machine_id: int, rate: float) -> bool:
         """Apply the benchmark gate; True when the machine passed."""

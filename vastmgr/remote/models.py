@@ -7,9 +7,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
-
-from . import secrets
-from .conf import format_env, parse_env
+from vastmgr.remote import secrets
+from vastmgr.remote.config import format_env, parse_env
 
 
 class Secret(models.Model):

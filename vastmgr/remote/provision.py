@@ -27,14 +27,13 @@ from asgiref.sync import sync_to_async
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import CuzkError
 from cuzk_engine.vocabulary import KINDS, TERMINAL_STATUSES
-from vastmgr.errors import ProvisionError, SSHError, VerificationError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.errors import ProvisionError, SSHError, VerificationError
 from vastmgr.proofs.verify import reverify
-
-from .conf import RemoteSettings
-from .lifecycle import REVIVE_EVENT, Automation
-from .models import RemoteHost
-from .ssh import LinkPool, MachineLink
+from vastmgr.remote.config import RemoteSettings
+from vastmgr.remote.lifecycle import REVIVE_EVENT, REVIVE_TRIES, Automation, engines_to_revive
+from vastmgr.remote.models import RemoteHost
+from vastmgr.remote.ssh import LinkPool, MachineLink
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 Progress = Callable[[str, str], Awaitable[None]]
@@ -559,3 +558,14 @@ async def run_on_hosts(machine_ids: list[int], command: str, *, user: str,
         data={"command": command, "user": user,
               "statuses": {str(k): v for k, v in statuses.items()}})
     return statuses
+
+
+async def revive_crashed(automation: Automation, links: LinkPool) -> None:
+    """Restart engines that died on reachable hosts (bounded tries, each an Event). Run after
+    each of the automation's ticks: reviving needs a provisioner, which the rules do not."""
+    for machine_id, tries in await sync_to_async(engines_to_revive)(automation.now()):
+        try:
+            await Provisioner(machine_id, link=links.get(machine_id),
+                              automation=automation).revive(tries + 1, REVIVE_TRIES)
+        except SSHError:
+            pass  # the link recorded it; nothing to restart on a host we cannot reach

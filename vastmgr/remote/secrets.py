@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-from vastmgr.errors import SecretUnavailable
+from vastmgr.lib.errors import SecretUnavailable
 
 # Domain separation: the same SECRET_KEY also signs sessions; this key is only for secrets.
 HKDF_INFO = b"vastmgr.remote secret store v1"

@@ -21,10 +21,9 @@ import asyncssh
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
-from vastmgr.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
 from vastmgr.fleet.models import Event, Machine
-
-from .models import RemoteHost, Secret
+from vastmgr.lib.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
+from vastmgr.remote.models import RemoteHost, Secret
 
 log = logging.getLogger(__name__)
 

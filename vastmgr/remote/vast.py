@@ -30,13 +30,12 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
-
-from . import alerts
-from .conf import RemoteSettings, parse_env
-from .models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
+from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
+from vastmgr.remote import alerts
+from vastmgr.remote.config import RemoteSettings, parse_env
+from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
 
 RETRY_STATUSES = {429, 502, 503, 504}
 PAGE_LIMIT = 25  # the v1 instance list returns at most 25 rows per page

@@ -19,14 +19,14 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from vastmgr.errors import ProvisionError, SecretUnavailable, SSHError
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.http import AuthenticatedHttpRequest
-
-from . import background, vast
-from .actions import ACTIONS, LAUNCHED, offered, why_not
-from .conf import RemoteSettings, parse_env
-from .forms import (
+from vastmgr.lib.errors import ProvisionError, SecretUnavailable, SSHError
+from vastmgr.lib.http import AuthenticatedHttpRequest
+from vastmgr.remote import ssh_loop as background
+from vastmgr.remote import vast
+from vastmgr.remote.actions import ACTIONS, LAUNCHED, offered, why_not
+from vastmgr.remote.config import RemoteSettings, parse_env
+from vastmgr.remote.forms import (
     MAX_BULK_RENT,
     AddHostForm,
     ApiKeyForm,
@@ -38,9 +38,9 @@ from .forms import (
     masked_env,
     min_bench_rate,
 )
-from .models import BadHost, RemoteHost, RentPreference, Secret, VastSync
-from .provision import Provisioner, run_on_hosts
-from .transport import has_engine
+from vastmgr.remote.models import BadHost, RemoteHost, RentPreference, Secret, VastSync
+from vastmgr.remote.provision import Provisioner, run_on_hosts
+from vastmgr.remote.tunnel import has_engine
 
 # A page waits this long for a host, connecting included; then it says so.
 LOG_TIMEOUT_S = 10

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.fake_vast import FakeVast
 from tests.vastmgr import live_engine, test_browser
 from tests.vastmgr.test_browser import log_in, running_stack, screenshot
-from vastmgr.remote.fake_vast import FakeVast
 
 from .conftest import API_KEY
 

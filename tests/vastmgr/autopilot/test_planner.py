@@ -1,5 +1,6 @@
 """The planner's rules and hard limits, one by one, on hand-made snapshots (no Django)."""
 
+from devtools.autopilot_day import WORK, rates_from
 from vastmgr.autopilot.planner import (
     Action,
     Host,
@@ -11,7 +12,6 @@ from vastmgr.autopilot.planner import (
     estimate_offer,
     plan,
 )
-from vastmgr.autopilot.sim import WORK, rates_from
 
 LIMITS = Limits(max_dollars_per_hour=10.0, max_hosts=10, max_rents_per_hour=10,
                 min_hosts={}, cooldown_s=300.0, pipeline_margin_s=600.0, idle_release_s=300.0,

@@ -4,7 +4,7 @@ a queue-threshold scaler, stays within every cap, and explains every action."""
 
 import pytest
 
-from vastmgr.autopilot import sim
+from devtools import autopilot_day as sim
 from vastmgr.autopilot.planner import Action
 
 URGENT = ("winning-post", "window-post")

@@ -15,10 +15,10 @@ import urllib.request
 
 import pytest
 
+from devtools.fake_vast import FakeVast
 from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 from tests.vastmgr.remote.served import Operator, served_stack
-from vastmgr.remote.fake_vast import FakeVast
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -8,11 +8,11 @@ import pytest
 
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances import models as instance_models
-from vastmgr.instances.conf import AUTH_REQUIRED, CallHomeSettings
+from vastmgr.instances.config import AUTH_REQUIRED, CallHomeSettings
 from vastmgr.instances.models import DeploySecret, Instance, LogLine
 from vastmgr.instances.protocol import RateLimiter
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("vastmgr.instances.urls")]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("vastmgr.remote.callhome.urls")]
 
 
 @pytest.fixture(autouse=True)

@@ -15,13 +15,13 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from cuzk_engine.daemon.client import EngineClient
-from vastmgr.fleet.controller.hosts import HostState
-from vastmgr.fleet.controller.publish import LayerPublisher
-from vastmgr.fleet.controller.service import FleetController
-from vastmgr.fleet.controller.watcher import HostLive
+from vastmgr.controller.hosts import HostState
+from vastmgr.controller.instrumentation import SCRAPE_BATCH, SCRAPE_SPREAD, ControllerMetrics
+from vastmgr.controller.service import FleetController
+from vastmgr.controller.watcher import HostLive
 from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.front.publish import LayerPublisher
 from vastmgr.metrics.models import RelayedMetrics
-from vastmgr.metrics.relay import SCRAPE_BATCH, SCRAPE_SPREAD, ControllerMetrics
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.models import RemoteHost
 
@@ -136,7 +136,7 @@ def test_relayed_scrapes_carry_their_origin_and_age_out(settings):
 def test_a_relay_stores_one_row_per_origin_with_its_latest_scrape():
     """The controller stores all its hosts' scrapes in one upsert: a scrape from an origin
     already stored replaces that row's text and time, a new origin gets its own row."""
-    from vastmgr.metrics.relay import _store
+    from vastmgr.controller.instrumentation import _store
 
     _store([("engine", "gpu-1", "a 1\n"), ("controller", "ctl-1", "c 1\n")])
     first = RelayedMetrics.objects.get(source="engine", origin="gpu-1").fetched_at

@@ -14,8 +14,8 @@ from cuzk_engine.config import EngineConfig
 from cuzk_engine.daemon.metrics import EngineMetrics
 from cuzk_engine.engine.orchestrator import Engine
 from tests.conftest import REPO
+from vastmgr.controller.instrumentation import ControllerMetrics
 from vastmgr.metrics.fleet import FleetCollector
-from vastmgr.metrics.relay import ControllerMetrics
 
 PROMETHEUS = REPO / "deploy" / "prometheus"
 DASHBOARD = REPO / "deploy" / "grafana" / "vastmgr-fleet.json"

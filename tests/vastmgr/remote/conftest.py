@@ -36,7 +36,7 @@ API_KEY = "vast-test-key-0123456789abcdef"
 
 @pytest.fixture
 async def fake_vast(fake_host):
-    from vastmgr.remote.fake_vast import FakeVast
+    from devtools.fake_vast import FakeVast
 
     vast = FakeVast(API_KEY, ssh_endpoint=("127.0.0.1", fake_host.port),
                     on_ssh_key=fake_host.authorize)

@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.remote import background
+from vastmgr.remote import ssh_loop as background
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

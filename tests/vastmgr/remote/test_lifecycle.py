@@ -12,7 +12,7 @@ from django.utils import timezone
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost
 from vastmgr.remote.vast import OfferFilter, RentRequest, VastClient

@@ -14,10 +14,10 @@ from django.test import Client
 
 from vastmgr.fleet.models import Machine
 from vastmgr.remote import vast
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import judge_benchmark
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, RentPreference, Secret, VastSync
-from vastmgr.remote.transport import has_engine
+from vastmgr.remote.tunnel import has_engine
 
 from .conftest import API_KEY
 

@@ -14,10 +14,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.conftest import free_port
-from vastmgr.errors import ProvisionError, SettingsError
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.lib.errors import ProvisionError, SettingsError
 from vastmgr.remote import provision
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.models import RemoteHost, Secret
 from vastmgr.remote.provision import (
     Provisioner,

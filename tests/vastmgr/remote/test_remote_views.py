@@ -93,7 +93,7 @@ def test_a_key_file_others_can_read_is_refused(staff, tmp_path):
 
 @pytest.mark.django_db(transaction=True)  # the SSH loop's thread reads the machine too
 def test_the_log_of_a_host_backing_off_answers_at_once_and_polls_when_it_is_tried_again(staff):
-    from vastmgr.remote import background
+    from vastmgr.remote import ssh_loop as background
 
     machine = Machine.objects.create(name="m4", host="127.0.0.1", ssh_port=1,
                                      state=Machine.State.RUNNING, engine_token="t")

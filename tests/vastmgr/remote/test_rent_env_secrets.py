@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.forms import ENV_MASK
 from vastmgr.remote.models import RentPreference, Secret
 

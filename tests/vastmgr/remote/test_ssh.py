@@ -5,9 +5,9 @@ import pytest
 from aiohttp import ClientSession, web
 from asgiref.sync import sync_to_async
 
-from vastmgr.errors import HostKeyChanged, SSHAuthFailed, SSHError, TransportError
-from vastmgr.fleet.controller.transport import transport_for
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.fleet.transport import transport_for
+from vastmgr.lib.errors import HostKeyChanged, SSHAuthFailed, SSHError, TransportError
 from vastmgr.remote.models import RemoteHost, Secret
 from vastmgr.remote.ssh import Backoff, MachineLink, fingerprint
 

@@ -14,14 +14,14 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from vastmgr.errors import VastAuthError, VastError, VastRateLimited
+from devtools.fake_vast import FakeVast
+from vastmgr.autopilot.management.commands import remote_automation
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import DeploySecret
+from vastmgr.lib.errors import VastAuthError, VastError, VastRateLimited
 from vastmgr.remote import vast
-from vastmgr.remote.conf import RemoteSettings
-from vastmgr.remote.fake_vast import FakeVast
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.management.commands import remote_automation
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
 from vastmgr.remote.ssh import MachineLink
 from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient

@@ -15,7 +15,7 @@ from tests.vastmgr.fake_upstream import FakeUpstream
 from vastmgr.api.models import ApiToken
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import Instance
-from vastmgr.remote.conf import RemoteSettings
+from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret
 
 from .conftest import API_KEY

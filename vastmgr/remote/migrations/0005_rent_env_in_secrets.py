@@ -5,7 +5,7 @@ moves out of the plain `RentPreference.env` column into an encrypted Secret
 from django.db import migrations, models
 
 from vastmgr.remote import secrets
-from vastmgr.remote.conf import format_env, parse_env
+from vastmgr.remote.config import format_env, parse_env
 
 
 def secret_name(user_id: int) -> str:

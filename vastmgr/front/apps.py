@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FrontConfig(AppConfig):
+    name = "vastmgr.front"
+    verbose_name = "Pages"

@@ -1,0 +1,109 @@
+import time
+
+from django.contrib import messages
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from vastmgr.fleet.models import HostAction, Machine
+from vastmgr.front import fragments, readmodel
+from vastmgr.front.fleet_forms import EventListForm, SrsActionForm
+from vastmgr.front.fleet_table import FleetTableForm
+from vastmgr.lib.http import AuthenticatedHttpRequest
+
+
+def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
+    table = FleetTableForm(request.GET)
+    context = {"table": table, "sorts": table.sort_links()}
+    if not table.is_valid():
+        context["hosts"] = []
+        context["totals_html"] = fragments.render_fleet_totals(readmodel.load_hosts(time.time()))
+        return render(request, "fleet/fleet.html", context, status=400)
+    now = time.time()
+    page = table.page_rows(now)
+    context.update(hosts=list(page), page=page, query=table.query_without(),
+                   page_query=table.query_without("page"),
+                   totals_html=fragments.render_fleet_totals(readmodel.load_hosts(now)))
+    return render(request, "fleet/fleet.html", context)
+
+
+def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The socket's full state over plain HTTP (the browser's fallback while the socket is
+    down): the rows of the page the query parameters ask for, and the totals."""
+    table = FleetTableForm(request.GET)
+    if not table.is_valid():
+        return HttpResponseBadRequest(f"Bad fleet table parameters: {table.error_message()}",
+                                      content_type="text/plain; charset=utf-8")
+    now = time.time()
+    return HttpResponse(fragments.render_fleet(
+        now, list(table.page_rows(now)), table.query_without("page")))
+
+
+def host(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return _host_page(request, machine, SrsActionForm())
+
+
+def _host_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
+               status: int = 200) -> HttpResponse:
+    return render(request, "fleet/host.html", {
+        "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
+        "circuit_pattern": SrsActionForm.circuit_pattern(),
+        "state_html": _host_state(machine, request.GET.get("window")),
+    }, status=status)
+
+
+def host_fragment(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id),
+                                    request.GET.get("window")))
+
+
+def host_charts(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    """The charts alone, for the window picker (`?window=15m|1h|24h`)."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return HttpResponse(fragments.render_host_charts(
+        machine, window=readmodel.chart_window(request.GET.get("window"))))
+
+
+def machine_state(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    """The lifecycle state badge, re-read by pages that show it in their heading."""
+    machine = get_object_or_404(Machine, pk=machine_id)
+    return render(request, "fleet/fragments/machine_state.html", {"machine": machine})
+
+
+def _host_state(machine: Machine, window: str | None = None) -> str:
+    now = time.time()
+    return fragments.render_host_panel(machine, now) + fragments.render_host_charts(
+        machine, now, readmodel.chart_window(window))
+
+
+@require_POST
+def host_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
+                                     content_type="text/plain; charset=utf-8")
+    machine = get_object_or_404(Machine, pk=machine_id)
+    form = SrsActionForm(request.POST)
+    if not machine.can_prove:
+        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: SRS actions go "
+                                "through its gRPC API, which vastmgr does not drive.")
+    elif form.is_valid():
+        HostAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
+        messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
+                               f" requested; the panel updates when the engine has done it.")
+        return redirect("host", machine_id=machine.pk)
+    return _host_page(request, machine, form, status=400)
+
+
+def events(request: AuthenticatedHttpRequest) -> HttpResponse:
+    form = EventListForm(request.GET)
+    context = {"form": form, "sorts": form.sort_links()}
+    if not form.is_valid():
+        return render(request, "fleet/events.html", context, status=400)
+    context.update(page=form.page_of(form.events()), page_query=form.query_without("page"))
+    return render(request, "fleet/events.html", context)
+
+
+def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Offers live in the remote app (Vast search and rent); keep the short URL working."""
+    return redirect("remote:offers", permanent=True)

@@ -1,0 +1,133 @@
+"""HTML fragments shared by the first page render, the polling fallback and the websocket pushes.
+
+Every fragment is one top-level element with a stable id, so the htmx ws extension (and app.js
+when polling) swaps it in place. All of them are rendered from the read model (`readmodel`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.template.loader import render_to_string
+from django.urls import reverse
+
+from vastmgr.fleet.models import Machine
+from vastmgr.fleet.partial_snapshot import (
+    PartialCounters,
+    PartialSnapshot,
+)
+from vastmgr.front.readmodel import (
+    DEFAULT_WINDOW,
+    HostView,
+    chart_series,
+    fleet_totals,
+    load_hosts,
+)
+from vastmgr.front.viewers import fleet_group, host_group
+from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.progress import (
+    PHASE_LABELS,
+    PHASE_TITLES,
+    JobProgress,
+)
+
+RECENT_PROOFS = 10
+
+
+def render_fleet_row(host: HostView) -> str:
+    return render_to_string("fleet/fragments/fleet_row.html", {"h": host})
+
+
+def render_fleet_totals(hosts: list[HostView], now: float | None = None) -> str:
+    return render_to_string("fleet/fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
+
+
+def render_fleet(now: float | None = None, rows: list[HostView] | None = None,
+                 query: str = "") -> str:
+    """The whole fleet table body and totals: first render, reconnects and polling. `rows`:
+    the body's rows when a filter or sort chose them (`query`, its parameters); the totals
+    are always the whole fleet's."""
+    hosts = load_hosts(now or time.time())
+    return render_fleet_rows(hosts if rows is None else rows, query) \
+        + render_fleet_totals(hosts, now)
+
+
+def render_fleet_rows(rows: list[HostView], query: str = "") -> str:
+    """The table body: one page's rows (`query`: the filter and sort that chose them)."""
+    return render_to_string("fleet/fragments/fleet_body.html", {"hosts": rows, "query": query})
+
+
+def render_toast(level: str, text: str, url: str = "") -> str:
+    """A notice appended to the page's toast area (an htmx out-of-band swap)."""
+    return render_to_string("fleet/fragments/toast.html", {"level": level, "text": text, "url": url})
+
+
+def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, str]]:
+    html = render_toast("error", f"{name} went offline: {error or 'connection lost'}",
+                        reverse("host", args=[machine_id]))
+    return [(fleet_group(), html), (host_group(machine_id), html)]
+
+
+def pipeline_rows(snapshot: PartialSnapshot) -> list[dict]:
+    rows = []
+    for pipeline in snapshot.get("pipelines", []):
+        progress = JobProgress.from_json(pipeline)
+        shown = progress.phase
+        rows.append({
+            **pipeline,
+            "phase": shown,
+            "engine_phase": pipeline.get("phase"),
+            "label": PHASE_LABELS.get(shown or "", shown),
+            "title": PHASE_TITLES.get(shown or "", ""),
+            "synthesized": progress.count("synth_done"),
+            "job_short": (pipeline.get("request_id") or pipeline.get("job_id") or "")[:16],
+            "cells": progress.cells(),
+        })
+    return rows
+
+
+def host_context(machine: Machine, now: float, host: HostView | None = None) -> dict:
+    if host is None:
+        (host,) = load_hosts(now, [machine.pk]) or [HostView(machine, None, now)]
+    snapshot = host.snapshot
+    counters = snapshot.get("counters", {})
+    return {
+        "h": host,
+        "s": snapshot,
+        "pipelines": pipeline_rows(snapshot),
+        "srs": [{**a, "last_used_ago": host.aged(a.get("last_used_secs_ago"))}
+                for a in snapshot.get("allocations", {}).get("srs", [])],
+        "uptime": host.aged(snapshot.get("uptime_secs")),
+        "counters": counters,
+        "kinds": _counter_rows(counters),
+        "recent": ProofJob.objects.filter(machine=machine)[:RECENT_PROOFS],
+        "upstream": machine.is_upstream,
+        "lies": snapshot.get("lies", []),
+        "lie_tally": [{**row, "first_ago": max(0, round(now - row["first_seen"])),
+                       "last_ago": max(0, round(now - row["last_seen"]))}
+                      for row in snapshot.get("lie_tally", [])],
+    }
+
+
+def _counter_rows(counters: PartialCounters) -> list[dict]:
+    # A map the engine did not send at all is "not reported" (None), not zero.
+    maps = {"done": counters.get("completed_by_kind"), "failed": counters.get("failed_by_kind"),
+            "cancelled": counters.get("cancelled_by_kind"),
+            "queued": counters.get("queue_depth_by_kind")}
+    kinds = sorted({kind for by_kind in maps.values() if by_kind for kind in by_kind})
+    return [{"kind": kind, **{column: None if by_kind is None else by_kind.get(kind, 0)
+                              for column, by_kind in maps.items()}}
+            for kind in kinds]
+
+
+def render_host_panel(machine: Machine, now: float | None = None,
+                      host: HostView | None = None) -> str:
+    """`host`: the machine's view when the caller has loaded it already (saves two queries)."""
+    return render_to_string("fleet/fragments/host_panel.html",
+                            host_context(machine, now or time.time(), host))
+
+
+def render_host_charts(machine: Machine, now: float | None = None,
+                       window: str = DEFAULT_WINDOW) -> str:
+    return render_to_string("fleet/fragments/host_charts.html",
+                            {"m": machine, "c": chart_series(machine, now or time.time(), window)})

@@ -1,0 +1,99 @@
+"""Reading the environment into settings values, with one clear error line per bad variable."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from vastmgr.lib.errors import SettingsError
+
+TRUTHY = {"1", "true", "yes", "on"}
+FALSY = {"0", "false", "no", "off", ""}
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUTHY:
+        return True
+    if value in FALSY:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def data_dir(base_dir: Path) -> Path:
+    path = Path(os.environ.get("VASTMGR_DATA_DIR") or base_dir / "var")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(f"VASTMGR_DATA_DIR={str(path)!r} cannot be created: {exc.strerror}")
+    return path
+
+
+def secret_key(data: Path) -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data dir."""
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    key_file = data / "secret_key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key = secrets.token_urlsafe(50)
+    tmp = key_file.with_suffix(".tmp")
+    tmp.write_text(key)
+    tmp.chmod(0o600)
+    tmp.replace(key_file)
+    return key
+
+
+def database(data: Path) -> dj_database_url.DBConfig:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        # Tests get a file too, not SQLite's shared in-memory database: there a write from one
+        # thread fails at once ("table is locked") where the file waits its turn, as it does
+        # for the dashboard, the controller and the automation sharing var/vastmgr.sqlite3.
+        # IMMEDIATE: a transaction takes the write lock when it begins and waits its turn
+        # for it. A deferred one that reads and then writes fails at once with "database is
+        # locked" when another process wrote in between (SQLite cannot wait there): renting
+        # an offer, and Cancel, 500'd so while the automation, the controller or the call-home
+        # listener wrote.
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
+                "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+                "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except (ValueError, KeyError) as exc:
+        raise SettingsError(f"DATABASE_URL is malformed: {exc}") from None
+    if not config.get("ENGINE") or not config.get("NAME"):
+        raise SettingsError("DATABASE_URL is malformed: it names no database engine or database")
+    return config
+
+
+REDIS_READ_TIMEOUT = 30.0
+
+
+def channel_layers() -> dict:
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})")
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis waits for messages with a 5 s blocking pop; redis-py >= 8 also
+            # defaults its socket read timeout to 5 s, which fires first and kills every idle
+            # websocket consumer (close 1011). Reads may take longer than the pop, never forever.
+            "CONFIG": {"hosts": [{"address": url, "socket_timeout": REDIS_READ_TIMEOUT}],
+                       "capacity": 1000, "expiry": 30},
+        }
+    }
