@@ -39,9 +39,9 @@ from vastmgr.autopilot.planner import (
     Action,
     Decision,
     Host,
-    HostPhase,
     KindWork,
     Limits,
+    MachinePhase,
     Offer,
     Snapshot,
 )
@@ -151,7 +151,7 @@ def make_world(seed: int = 7, *, offers: int = 60) -> World:
 
 
 @dataclass
-class SimHost:
+class SimMachine:
     id: int
     machine: Machine
     instance_id: int
@@ -212,13 +212,13 @@ class Simulation:
         self.client = vast.VastClient(API_KEY, market.url, journal=self.calls.append)
         self.machines = {m.offer.offer_id: m for m in world.machines}
         self.now = -WARM_UP_S
-        self.hosts: dict[int, SimHost] = {}
+        self.hosts: dict[int, SimMachine] = {}
         # (rank, at, id, job), in order: queued in the dashboard, not yet on a host
         self.queue: list[tuple[int, float, int, Job]] = []
         self.done: dict[int, float] = {}
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
-        # GPU model → per-GPU bench rates seen (HostPerf): earlier days left one of some models.
+        # GPU model → per-GPU bench rates seen (MachinePerf): earlier days left one of some models.
         self.bench: dict[str, list[float]] = {gpu: [MARKET[gpu][1]] for gpu in HISTORY}
         self.pipelines: list[float] = []
         self.bad: set[int] = set()
@@ -276,7 +276,7 @@ class Simulation:
                 host.booted = True
                 self._at(self.now + host.machine.provisioning_s, "ready", host.id)
 
-    async def _ready(self, host: SimHost) -> None:
+    async def _ready(self, host: SimMachine) -> None:
         if host.ended_at is not None:
             return
         self.pipelines.append(self.now - host.rented_at)
@@ -309,7 +309,7 @@ class Simulation:
             host.jobs.append([job, PARTITIONS[job.kind]])
             self._start_next(host)
 
-    def _start_next(self, host: SimHost) -> None:
+    def _start_next(self, host: SimMachine) -> None:
         if host.busy_until is not None or not host.jobs:
             return
         host.jobs.sort(key=lambda entry: (entry[0].rank, entry[0].at))
@@ -318,7 +318,7 @@ class Simulation:
         host.busy_until = self.now + hours * 3600
         self._at(host.busy_until, "partition", host.id)
 
-    def _partition_done(self, host: SimHost) -> None:
+    def _partition_done(self, host: SimMachine) -> None:
         host.busy_until = None
         entry = host.jobs[0]
         entry[1] -= 1
@@ -330,7 +330,7 @@ class Simulation:
         self._start_next(host)
         self._dispatch()
 
-    async def _destroy(self, host: SimHost) -> None:
+    async def _destroy(self, host: SimMachine) -> None:
         await self.client.destroy_instance(host.instance_id)
         host.ended_at = self.now
 
@@ -361,8 +361,8 @@ class Simulation:
         for host in self.hosts.values():
             if host.ended_at is not None:
                 continue
-            phase = (HostPhase.STARTING if host.ready_at is None else
-                     HostPhase.DRAINING if host.draining else HostPhase.PROVING)
+            phase = (MachinePhase.STARTING if host.ready_at is None else
+                     MachinePhase.DRAINING if host.draining else MachinePhase.PROVING)
             estimate = self.offer_rates(host.machine.offer)
             rates = (rates_from(host.machine.true_rate) if host.ready_at is not None
                      else estimate.rates if estimate else {})
@@ -417,7 +417,7 @@ class Simulation:
                 label=f"{vast.LABEL_PREFIX}sim-{host_id}")
         except VastError:
             return  # counted in the calls; nothing was rented
-        host = SimHost(host_id, self.machines[request.offer_id], instance_id, self.now)
+        host = SimMachine(host_id, self.machines[request.offer_id], instance_id, self.now)
         self.hosts[host.id] = host
         self.rents.append(self.now)
 
@@ -445,7 +445,7 @@ class Simulation:
 
 def _best_offers(snap: Snapshot) -> list[Offer]:
     mix = {kind: 1.0 for kind in WORK}
-    return sorted((o for o in snap.offers if o.provider_machine_id not in snap.bad_hosts),
+    return sorted((o for o in snap.offers if o.provider_machine_id not in snap.bad_machines),
                   key=lambda o: planner.dollars_per_proof(o.price_per_hour, o.rates, mix))
 
 
@@ -459,7 +459,7 @@ def _replace_stuck(snap: Snapshot) -> list[Decision]:
     limit = snap.pipeline_s + snap.limits.pipeline_margin_s
     return [Decision(Action.DESTROY, f"destroy {h.name}", ("never came up",), {},
                      machine_id=h.machine_id, mark_bad=True, scaling=False)
-            for h in snap.hosts if h.phase == HostPhase.STARTING and h.age_s > limit]
+            for h in snap.hosts if h.phase == MachinePhase.STARTING and h.age_s > limit]
 
 
 def fixed_fleet(size: int) -> Policy:
@@ -485,7 +485,7 @@ def threshold_scaler(per_host: int = 25, idle_s: float = 600.0, floor: int = 1) 
             if best and len(hosts) < snap.limits.max_hosts:
                 decisions.append(_rent(best[0], f"{unfinished} unfinished > {per_host}/host"))
             return decisions
-        idle = [h for h in hosts if h.phase == HostPhase.PROVING and h.in_flight == 0
+        idle = [h for h in hosts if h.phase == MachinePhase.PROVING and h.in_flight == 0
                 and h.idle_s >= idle_s]
         if idle and len(hosts) > floor:
             decisions.append(Decision(Action.DESTROY, f"destroy {idle[0].name}", ("idle",), {},

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.conftest import eventually
-from tests.vastmgr.test_faults import Stack
+from tests.vastmgr.served.test_faults import Stack
 
 TIMEOUT = 120
 
@@ -38,7 +38,7 @@ def dashboard_answers(stack: Stack) -> bool:
 def host_written_since(stack: Stack, since: datetime, new_engine: bool = False) -> bool:
     """The controller wrote the local host's live status after `since` (it is watching), from
     an engine started after `since` when `new_engine`."""
-    rows = stack.query("SELECT s.updated, s.snapshot FROM fleet_hoststatus s JOIN fleet_machine m"
+    rows = stack.query("SELECT s.updated, s.snapshot FROM fleet_machinestatus s JOIN fleet_machine m"
                        " ON m.id = s.machine_id WHERE m.name = 'local' AND s.connected")
     if not rows:
         return False

@@ -1,4 +1,4 @@
-"""Django settings, all read from the environment (see README "Configuration")."""
+"""Django settings, all read from the environment (see docs/configuration.md)."""
 
 import os
 from pathlib import Path
@@ -115,7 +115,7 @@ LOGGING = {
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
-# Operations (README "Operations"): Prometheus metrics and their alert thresholds.
+# Operations (docs/deployment.md, "Operations"): Prometheus metrics and their alert thresholds.
 VASTMGR_METRICS_TOKEN = os.environ.get("VASTMGR_METRICS_TOKEN", "").strip()
 VASTMGR_METRICS_RELAY_INTERVAL = metrics_config.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
 VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_config.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)

@@ -20,7 +20,7 @@ from vastmgr.instances.models import LOG_LINES_PER_INSTANCE, SOURCE_MAX, UUID_MA
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.lib.params import MAX_ID
 from vastmgr.remote import vast
-from vastmgr.remote.models import BadHost, HostPerf
+from vastmgr.remote.models import BadMachine, MachinePerf
 from vastmgr.remote.views import destroy
 
 compat = NinjaAPI(title="vast-manager compatibility", version="vast-manager",
@@ -102,9 +102,9 @@ def dashboard(request: HttpRequest) -> dict:
     if summary["total_proofs_hour"] > 0:
         summary["avg_price_per_proof"] = summary["total_dph"] / summary["total_proofs_hour"]
     return {"instances": rows,
-            "bad_hosts": [{"machine_id": str(b.provider_machine_id), "reason": b.reason,
+            "bad_machines": [{"machine_id": str(b.provider_machine_id), "reason": b.reason,
                            "added_at": _when(b.created)}
-                          for b in BadHost.objects.filter(provider=Machine.Provider.VAST)],
+                          for b in BadMachine.objects.filter(provider=Machine.Provider.VAST)],
             "summary": summary, "updated_at": _when(timezone.now()),
             "vast_cache_age_s": _vast_data_age()}
 
@@ -125,7 +125,7 @@ def host_perf(request: HttpRequest) -> list[dict]:
     return [{"machine_id": perf.provider_machine_id, "gpu_name": perf.gpu_name,
              "num_gpus": perf.gpu_count, "bench_rate": perf.proofs_per_hour,
              "measured_at": _when(perf.updated)}
-            for perf in HostPerf.objects.filter(provider_machine_id__isnull=False)]
+            for perf in MachinePerf.objects.filter(provider_machine_id__isnull=False)]
 
 
 class KillIn(Schema):

@@ -34,7 +34,7 @@ from vastmgr.api.schemas import (
     ProofPage,
     RentIn,
 )
-from vastmgr.fleet.models import Event, HostStatus, Machine
+from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front.fleet_forms import EventListForm
 from vastmgr.front.proof_forms import ProofListForm, TestProofForm
 from vastmgr.front.proof_views import (
@@ -51,8 +51,8 @@ from vastmgr.lib.params import MAX_ID
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
 from vastmgr.remote.actions import LAUNCHED, why_not
-from vastmgr.remote.forms import AddHostForm, OfferSearchForm
-from vastmgr.remote.views import add_ssh_host, destroy, launch_action
+from vastmgr.remote.forms import AddMachineForm, OfferSearchForm
+from vastmgr.remote.views import add_ssh_machine, destroy, launch_action
 
 
 class TokenAuth(HttpBearer):
@@ -134,8 +134,8 @@ def add_machine(request: HttpRequest, body: MachineIn):
     """Add an SSH host (the Add host page's checks: unique name, a readable key)."""
     user = _staff(request, "add machines")
     data = body.dict()
-    form = AddHostForm({k: "" if v is None else str(v) for k, v in data.items()})
-    return Status(201, MachineOut.of(add_ssh_host(_valid(form), user)))
+    form = AddMachineForm({k: "" if v is None else str(v) for k, v in data.items()})
+    return Status(201, MachineOut.of(add_ssh_machine(_valid(form), user)))
 
 
 @api.post("/machines/{machine_id}/actions/{action}",
@@ -349,7 +349,7 @@ def fleet_summary(request: HttpRequest):
         machines=machines.count(),
         by_state=dict(machines.values_list("state").annotate(n=Count("pk")).values_list(
             "state", "n")),
-        connected=HostStatus.objects.filter(machine__in=machines, connected=True).count(),
+        connected=MachineStatus.objects.filter(machine__in=machines, connected=True).count(),
         price_per_hour=totals["price"] or Decimal(0), gpus=totals["gpus"] or 0,
         proofs_queued=ProofJob.objects.filter(status=ProofJob.Status.QUEUED).count(),
         proofs_in_flight=ProofJob.objects.filter(status__in=ProofJob.IN_FLIGHT).count(),

@@ -21,7 +21,7 @@ from vastmgr.remote import ssh_loop as background
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.forms import RentForm
-from vastmgr.remote.models import BadHost, HostPerf
+from vastmgr.remote.models import BadMachine, MachinePerf
 from vastmgr.remote.offer_query import DEFAULT_FILTER, FilterError, conditions
 from vastmgr.remote.tunnel import has_engine
 from vastmgr.remote.views import rent_offer
@@ -80,9 +80,9 @@ def offers(request: HttpRequest, filter: str = "") -> HttpResponse | dict:
             vast.OfferFilter(conditions=wanted, limit=OFFERS_LIMIT))
     except (VastError, SecretUnavailable) as exc:
         return _error(f"search failed: {exc}", 409)
-    bad = dict(BadHost.objects.filter(provider=Machine.Provider.VAST).values_list(
+    bad = dict(BadMachine.objects.filter(provider=Machine.Provider.VAST).values_list(
         "provider_machine_id", "reason"))
-    perf = {p.provider_machine_id: p for p in HostPerf.objects.filter(
+    perf = {p.provider_machine_id: p for p in MachinePerf.objects.filter(
         provider_machine_id__in=[o.get("machine_id") for o in found]).order_by("proofs_per_hour")}
     rows = []
     for offer in found:
@@ -124,7 +124,7 @@ def deploy(request: HttpRequest, body: DeployIn) -> HttpResponse | dict:
         return _error(f"disk must be {limits.min_value} to {limits.max_value} GB", 400)  # type: ignore[attr-defined]
     min_rate = body.min_rate if body.min_rate > 0 else DEPLOY_MIN_RATE
     if body.machine_id > 0:
-        reason = BadHost.objects.filter(provider=Machine.Provider.VAST,
+        reason = BadMachine.objects.filter(provider=Machine.Provider.VAST,
                                         provider_machine_id=body.machine_id).values_list(
             "reason", flat=True).first()
         if reason is not None:

@@ -102,7 +102,7 @@ class Autopilot(models.Model):
         cls.objects.filter(pk=1, lease_owner=owner).update(lease_owner="", lease_expires=None)
 
 
-class ManagedHost(models.Model):
+class ManagedMachine(models.Model):
     """A machine the autopilot rented: only these may it drain or destroy."""
 
     machine = models.OneToOneField(Machine, on_delete=models.CASCADE, related_name="autopilot")
@@ -116,7 +116,7 @@ class ManagedHost(models.Model):
 
 def draining_machine_ids() -> set[int]:
     """Machines that take no new work (the dispatcher leaves them out)."""
-    return set(ManagedHost.objects.filter(draining=True).values_list("machine_id", flat=True))
+    return set(ManagedMachine.objects.filter(draining=True).values_list("machine_id", flat=True))
 
 
 class Proposal(models.Model):

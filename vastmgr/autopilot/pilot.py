@@ -20,14 +20,14 @@ from django.utils import timezone
 
 from vastmgr.autopilot import planner
 from vastmgr.autopilot import planner_input as snapshot
-from vastmgr.autopilot.models import EVENT_KIND, Autopilot, ManagedHost, Proposal
+from vastmgr.autopilot.models import EVENT_KIND, Autopilot, ManagedMachine, Proposal
 from vastmgr.autopilot.planner import Action, Decision, Plan
 from vastmgr.fleet.leases import controller_name
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.lib.errors import ProvisionError, VastError
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
-from vastmgr.remote.models import BadHost
+from vastmgr.remote.models import BadMachine
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +107,19 @@ class Pilot:
         machine = await Machine.objects.aget(pk=decision.machine_id)
         if decision.action in (Action.DRAIN, Action.RESUME):
             draining = decision.action == Action.DRAIN
-            await ManagedHost.objects.filter(machine=machine).aupdate(draining=draining)
+            await ManagedMachine.objects.filter(machine=machine).aupdate(draining=draining)
             return ("no new work for it" if draining else "takes work again"), machine
         if decision.action == Action.DESTROY:
             if await ProofJob.objects.filter(machine=machine).in_flight().aexists():
                 # Work arrived since the plan: drain instead, destroy once it is done.
-                await ManagedHost.objects.filter(machine=machine).aupdate(draining=True)
+                await ManagedMachine.objects.filter(machine=machine).aupdate(draining=True)
                 return "work in flight: drained instead, destroyed once it is done", machine
             if self.client is None:
                 raise ValueError("no Vast API key: cannot destroy")
             reason = f"autopilot: {decision.summary}"
             await vast.destroy(self.client, machine, reason)
             if decision.mark_bad and machine.vast_machine_id is not None:
-                await sync_to_async(BadHost.flag)(machine.vast_machine_id, decision.reasons[0],
+                await sync_to_async(BadMachine.flag)(machine.vast_machine_id, decision.reasons[0],
                                                   machine=machine)
             return "destroyed", machine
         raise ValueError(f"nothing to carry out for {decision.action}")
@@ -147,7 +147,7 @@ class Pilot:
             # reconcile to adopt or give up. It is the autopilot's, so count it as such.
             await sync_to_async(_adopt_unknown_rent)(decision.offer_id, offer, started)
             raise
-        await ManagedHost.objects.acreate(machine=machine, offer_id=decision.offer_id,
+        await ManagedMachine.objects.acreate(machine=machine, offer_id=decision.offer_id,
                                           rented_at=started)
         return f"rented as {machine.name}", machine
 
@@ -176,7 +176,7 @@ def _caps_refuse(price: float, now: datetime) -> str:
     pilot = Autopilot.current()
     snap_hosts = snapshot.hosts(snapshot.RemoteSettings.load(), now)
     spend = sum(h.price_per_hour for h in snap_hosts)
-    rents = ManagedHost.objects.filter(rented_at__gt=now - timedelta(hours=1)).count()
+    rents = ManagedMachine.objects.filter(rented_at__gt=now - timedelta(hours=1)).count()
     if spend + price > pilot.max_dollars_per_hour:
         return (f"the fleet's ${spend:.3f}/h plus ${price:.3f}/h would pass the cap "
                 f"${pilot.max_dollars_per_hour:.2f}/h")
@@ -188,7 +188,7 @@ def _caps_refuse(price: float, now: datetime) -> str:
 
 
 def _ready_to_provision() -> list[int]:
-    return list(ManagedHost.objects.filter(
+    return list(ManagedMachine.objects.filter(
         machine__state=Machine.State.REGISTERED, machine__provider=Machine.Provider.VAST)
         .exclude(machine__host="").values_list("machine_id", flat=True))
 
@@ -199,7 +199,7 @@ def _adopt_unknown_rent(offer_id: int, offer: dict, since: datetime) -> None:
                                       created__gte=since, autopilot__isnull=True)
                .exclude(state=Machine.State.KILLED).first())
     if machine is not None:
-        ManagedHost.objects.create(machine=machine, offer_id=offer_id, rented_at=since)
+        ManagedMachine.objects.create(machine=machine, offer_id=offer_id, rented_at=since)
 
 
 def _store_plan(plan: Plan, now: datetime) -> None:

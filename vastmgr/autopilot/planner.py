@@ -48,7 +48,7 @@ class Action(StrEnum):
     DESTROY = "destroy"
 
 
-class HostPhase(StrEnum):
+class MachinePhase(StrEnum):
     STARTING = "starting"  # rented, on its way through boot, install, parameters, benchmark
     PROVING = "proving"
     DRAINING = "draining"  # takes no new work; destroyed once its work in flight is done
@@ -72,7 +72,7 @@ class KindWork:
 class Host:
     machine_id: int
     name: str
-    phase: HostPhase
+    phase: MachinePhase
     price_per_hour: float
     rates: Mapping[str, float]
     in_flight: int = 0
@@ -120,7 +120,7 @@ class Snapshot:
     offers: tuple[Offer, ...]
     limits: Limits
     pipeline_s: float  # measured time from rent to proving (per provider, from history)
-    bad_hosts: frozenset[int] = frozenset()
+    bad_machines: frozenset[int] = frozenset()
     rents_last_hour: int = 0
     last_change_s: float | None = None
 
@@ -277,9 +277,9 @@ class _Fleet:
 def plan(snap: Snapshot) -> Plan:
     limits = snap.limits
     decisions: list[Decision] = []
-    fleet = _Fleet([h for h in snap.hosts if h.phase == HostPhase.PROVING],
-                   [h for h in snap.hosts if h.phase == HostPhase.STARTING],
-                   [h for h in snap.hosts if h.phase == HostPhase.DRAINING])
+    fleet = _Fleet([h for h in snap.hosts if h.phase == MachinePhase.PROVING],
+                   [h for h in snap.hosts if h.phase == MachinePhase.STARTING],
+                   [h for h in snap.hosts if h.phase == MachinePhase.DRAINING])
     spend_now = fleet.spend()
     forecasts = forecast(snap.work, fleet.serving())
     since_change = math.inf if snap.last_change_s is None else snap.now_s - snap.last_change_s
@@ -419,7 +419,7 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
             (*reasons, (f"cool-down: last change {since_change:.0f} s ago < "
                        f"{limits.cooldown_s:.0f} s")),
             {"since_change_s": round(since_change), "cooldown_s": limits.cooldown_s})]
-    offers = [o for o in snap.offers if o.provider_machine_id not in snap.bad_hosts]
+    offers = [o for o in snap.offers if o.provider_machine_id not in snap.bad_machines]
     rents_left = limits.max_rents_per_hour - snap.rents_last_hour
     refusal = "" if offers else "no offer that is not on the bad-hosts list"
     while offers and (short or fleet.count() < limits.floor):
@@ -445,7 +445,7 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
         cost = dollars_per_proof(offer.price_per_hour, offer.rates, mix)
         missing = short[0].extra if short else 0.0
         fleet.starting.append(Host(-offer.offer_id, f"offer {offer.offer_id}",
-                                   HostPhase.STARTING, offer.price_per_hour, offer.rates))
+                                   MachinePhase.STARTING, offer.price_per_hour, offer.rates))
         rents_left -= 1
         source = "bench history" if offer.measured else "conservative default"
         decisions.append(Decision(
@@ -525,7 +525,7 @@ def _cheaper_floor(snap: Snapshot, fleet: _Fleet, cooling: bool) -> list[Decisio
         return []
     dearest = max(idle, key=lambda h: (h.price_per_hour, h.machine_id))
     kinds = {k: 1.0 for k in SERVICE_ORDER if dearest.rates.get(k, 0) > 0}
-    cheaper = [o for o in snap.offers if o.measured and o.provider_machine_id not in snap.bad_hosts
+    cheaper = [o for o in snap.offers if o.measured and o.provider_machine_id not in snap.bad_machines
                and o.price_per_hour * SWAP_FACTOR <= dearest.price_per_hour
                and hours_for(o.rates, kinds) < math.inf
                and fleet.spend() + o.price_per_hour <= limits.max_dollars_per_hour]

@@ -1,5 +1,5 @@
 """The planner's snapshot from what the product already knows: proof jobs, machines, their
-lifecycle events, bench history (HostPerf), the bad-hosts list and the market's offers."""
+lifecycle events, bench history (MachinePerf), the bad-hosts list and the market's offers."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from django.db.models import Max
 
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS
 from vastmgr.autopilot import planner
-from vastmgr.autopilot.models import Autopilot, ManagedHost
-from vastmgr.autopilot.planner import Host, HostPhase, KindWork, Offer, Snapshot
+from vastmgr.autopilot.models import Autopilot, ManagedMachine
+from vastmgr.autopilot.planner import Host, KindWork, MachinePhase, Offer, Snapshot
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import state_since
-from vastmgr.remote.models import BadHost, HostPerf
+from vastmgr.remote.models import BadMachine, MachinePerf
 
 # Until a host of the provider has come up: Vast boot, install, parameters and benchmark.
 PRIOR_PIPELINE_S = 15 * 60.0
@@ -63,7 +63,7 @@ def work(pilot: Autopilot, now: datetime) -> tuple[KindWork, ...]:
 
 def per_gpu_bench(gpu_name: str) -> list[float]:
     return [p.proofs_per_hour / max(p.gpu_count, 1)
-            for p in HostPerf.objects.filter(gpu_name=gpu_name)]
+            for p in MachinePerf.objects.filter(gpu_name=gpu_name)]
 
 
 def bench_rates(porep_equivalent: float, bench_kind: str) -> dict[str, float]:
@@ -72,7 +72,7 @@ def bench_rates(porep_equivalent: float, bench_kind: str) -> dict[str, float]:
     return {kind: porep_equivalent * scale / w for kind, w in planner.KIND_WORK.items()}
 
 
-def host_rates(machine: Machine, settings: RemoteSettings, now: datetime) -> dict[str, float]:
+def machine_rates(machine: Machine, settings: RemoteSettings, now: datetime) -> dict[str, float]:
     """Per kind: the host's own rate from its finished jobs of the last day where it has
     enough of them, else its benchmark (or its GPU model's, or the gate's minimum) scaled by
     each kind's work."""
@@ -98,11 +98,11 @@ def hosts(settings: RemoteSettings, now: datetime) -> tuple[Host, ...]:
             enabled=True).select_related("autopilot"):
         managed = getattr(machine, "autopilot", None)
         if managed is not None and managed.draining:
-            phase = HostPhase.DRAINING
+            phase = MachinePhase.DRAINING
         elif machine.state == Machine.State.RUNNING:
-            phase = HostPhase.PROVING
+            phase = MachinePhase.PROVING
         elif managed is not None and machine.state in STARTING_STATES:
-            phase = HostPhase.STARTING
+            phase = MachinePhase.STARTING
         else:
             continue  # an operator's host on its way: not capacity the autopilot can count on
         jobs = ProofJob.objects.filter(machine=machine)
@@ -112,7 +112,7 @@ def hosts(settings: RemoteSettings, now: datetime) -> tuple[Host, ...]:
         rented = managed.rented_at if managed is not None else machine.created
         found.append(Host(
             machine.pk, machine.name, phase, float(machine.price_per_hour or 0),
-            host_rates(machine, settings, now), in_flight, (now - rented).total_seconds(),
+            machine_rates(machine, settings, now), in_flight, (now - rented).total_seconds(),
             0.0 if in_flight else (now - since).total_seconds(), managed is not None,
             machine.vast_machine_id))
     return tuple(found)
@@ -137,7 +137,7 @@ def build(pilot: Autopilot, raw_offers: list[dict], now: datetime) -> Snapshot:
     return Snapshot(
         now.timestamp(), work(pilot, now), hosts(settings, now), offers(raw_offers, settings),
         pilot.limits(), pipeline_s(Machine.Provider.VAST),
-        frozenset(BadHost.objects.filter(provider=Machine.Provider.VAST)
+        frozenset(BadMachine.objects.filter(provider=Machine.Provider.VAST)
                   .values_list("provider_machine_id", flat=True)),
-        ManagedHost.objects.filter(rented_at__gt=now - timedelta(hours=1)).count(),
+        ManagedMachine.objects.filter(rented_at__gt=now - timedelta(hours=1)).count(),
         last_change)

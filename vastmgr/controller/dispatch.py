@@ -15,7 +15,7 @@ from cuzk_engine.errors import EngineAPIError, EngineUnreachable, SnapshotFormat
 from cuzk_engine.vocabulary import TERMINAL_STATUSES, UNFINISHED_STATUSES
 from vastmgr.autopilot.models import draining_machine_ids
 from vastmgr.controller.hosts import ConnectedEngine, Controller
-from vastmgr.controller.watcher import HostLive
+from vastmgr.controller.watcher import MachineLive
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.liveness import LIVE, connection_state
 from vastmgr.front import proof_panel
@@ -50,7 +50,7 @@ class Dispatcher:
         await asyncio.gather(*waiters, return_exceptions=True)
         self.waiters.clear()
 
-    def live(self, machine_id: int) -> HostLive | None:
+    def live(self, machine_id: int) -> MachineLive | None:
         host = self.fleet.hosts.get(machine_id)
         return host.live if host is not None else None
 
@@ -61,7 +61,7 @@ class Dispatcher:
             return None
         return ConnectedEngine(live, live.client)
 
-    def live_hosts(self) -> list[ConnectedEngine]:
+    def live_machines(self) -> list[ConnectedEngine]:
         """Hosts that take work now: live, and spoken to through our engine API."""
         now = self.fleet.clock()
         return [ConnectedEngine(h.live, h.live.client) for h in self.fleet.hosts.values()
@@ -112,7 +112,7 @@ class Dispatcher:
         """The engines that take work now, each with what it holds: the larger of the jobs
         the dashboard has on it (those submitted since its last snapshot included) and the
         unfinished jobs its status lists (those others submitted included)."""
-        hosts = [(h, snapshot) for h in self.live_hosts()
+        hosts = [(h, snapshot) for h in self.live_machines()
                  if (snapshot := h.live.engine_snapshot()) is not None and snapshot.accepting
                  and h.machine_id not in self.draining]
         if not hosts:

@@ -9,19 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cuzk_engine.daemon.client import EngineClient
-from vastmgr.controller.watcher import HostLive
+from vastmgr.controller.watcher import MachineLive
 from vastmgr.fleet.leases import Leases
-from vastmgr.fleet.models import HostStatus, Machine
+from vastmgr.fleet.models import Machine, MachineStatus
 from vastmgr.front.publish import LayerPublisher
 
 
 @dataclass
-class HostState:
-    live: HostLive  # what the watcher knows of the engine
+class WatchedMachine:
+    live: MachineLive  # what the watcher knows of the engine
     watcher: asyncio.Task | None = field(default=None, repr=False)  # None: no transport yet
     pushed_state: str | None = None  # the connection state last pushed
     pushed_seen: float = float("-inf")  # the last_seen last pushed and written
-    status: HostStatus | None = None  # the status row last pushed and written
+    status: MachineStatus | None = None  # the status row last pushed and written
     stored_snapshot: object = None  # the snapshot (JSON) that row's last write stored
     idle_since: float | None = None  # a worker idle while synthesized work waits, since
     sampled_at: float | None = None  # its last history sample from this controller
@@ -32,7 +32,7 @@ class ConnectedEngine:
     """A connected host spoken to through our engine API, with the client that reaches it
     (an upstream daemon's host has none: it is watched, never given work)."""
 
-    live: HostLive
+    live: MachineLive
     client: EngineClient
 
     @property
@@ -47,7 +47,7 @@ class Controller(Protocol):
     clock: Callable[[], float]
     interval: float
     grace: float
-    hosts: dict[int, HostState]  # the hosts watched here
+    hosts: dict[int, WatchedMachine]  # the hosts watched here
     machines: dict[int, Machine]  # every machine with a fleet row, fresh per tick
     leases: Leases | None
     publisher: LayerPublisher

@@ -21,11 +21,11 @@ from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
 from vastmgr.controller import instrumentation as controller_metrics
 from vastmgr.controller.dispatch import Dispatcher
-from vastmgr.controller.hosts import ConnectedEngine, HostState
+from vastmgr.controller.hosts import ConnectedEngine, WatchedMachine
 from vastmgr.controller.last_sent import ShownRows, shown_values
-from vastmgr.controller.store import update_rows
+from vastmgr.controller.row_writer import update_rows
 from vastmgr.controller.upstream import watcher_for
-from vastmgr.controller.watcher import HostLive
+from vastmgr.controller.watcher import MachineLive
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.leases import Leases
 from vastmgr.fleet.liveness import (
@@ -36,13 +36,13 @@ from vastmgr.fleet.liveness import (
     connection_state,
     seen_at,
 )
-from vastmgr.fleet.models import Event, HostAction, HostSample, HostStatus, Machine
+from vastmgr.fleet.models import Event, Machine, MachineAction, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import PartialSnapshot, idle_with_work_waiting
 from vastmgr.fleet.transport import transport_for
 from vastmgr.front import fragments, proof_panel, readmodel, viewers
 from vastmgr.front.fleet_table import FleetTableForm, fleet_table
 from vastmgr.front.publish import LayerPublisher
-from vastmgr.front.readmodel import HostView
+from vastmgr.front.readmodel import MachineView
 from vastmgr.front.viewers import ViewerRegistry
 from vastmgr.lib.errors import TransportError
 from vastmgr.proofs import jobs
@@ -77,7 +77,7 @@ class FleetController:
         self.grace = grace
         self.history_every = history_every
         self.history_keep = history_keep
-        self.hosts: dict[int, HostState] = {}  # the hosts watched here
+        self.hosts: dict[int, WatchedMachine] = {}  # the hosts watched here
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
         self.machines_read = False
         self.actions: set[int] = set()
@@ -93,13 +93,13 @@ class FleetController:
         # Scale-out: only the hosts leased to this controller are watched (and dispatched to)
         # here; without leases (embedded mode) every enabled machine is.
         self.leases = leases
-        self.others: dict[int, HostStatus] = {}  # statuses of hosts watched elsewhere
+        self.others: dict[int, MachineStatus] = {}  # statuses of hosts watched elsewhere
         self.others_read = float("-inf")
         self.connection_changed: set[int] = set()  # hosts gone live, stale or offline
         self.shown = ShownRows(refresh=HEARTBEAT_INTERVALS * interval)
         self.page_rows: dict[str, list[int]] = {}  # fleet page group -> its rows, last pushed
         self.tables: dict[str, FleetTableForm] = {}  # fleet page query -> its table
-        self.views: dict[int, HostView] = {}  # the last render's host views, to use again
+        self.views: dict[int, MachineView] = {}  # the last render's host views, to use again
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -163,10 +163,10 @@ class FleetController:
         changed_here = set(changed)  # looked up once per machine: a list cost 1,000² a tick
         panels = {machine_id for machine_id in self.machines
                   if (machine_id in changed_here
-                      and self.viewers.watched(viewers.host_group(machine_id)))
-                  or (fresh and viewers.host_group(machine_id) in fresh
+                      and self.viewers.watched(viewers.machine_group(machine_id)))
+                  or (fresh and viewers.machine_group(machine_id) in fresh
                       and self._answers_for(machine_id))}
-        written: dict[int, HostStatus] = {}
+        written: dict[int, MachineStatus] = {}
         for machine_id in changed:
             self.hosts[machine_id].status = written[machine_id] = self._status_row(machine_id, now)
         # Push first, write after: the fragments come from the state held here (the same
@@ -232,7 +232,7 @@ class FleetController:
             if live.changed or heartbeat or host.pushed_state != state:
                 live.changed = False
                 if state == OFFLINE and host.pushed_state in (LIVE, STALE):
-                    self.notices.extend(fragments.host_offline_notices(
+                    self.notices.extend(fragments.machine_offline_notices(
                         machine_id, self.machine_name(machine_id), live.error))
                 if host.pushed_state != state:
                     # Its proof pages say whether their partitions are live or as of when.
@@ -243,7 +243,7 @@ class FleetController:
                 changed.append(machine_id)
         return changed
 
-    def _status_row(self, machine_id: int, now: float) -> HostStatus:
+    def _status_row(self, machine_id: int, now: float) -> MachineStatus:
         """The host's live status as it will be stored, copied on the event loop so the seq
         and the snapshot come from the same engine update."""
         host = self.hosts[machine_id]
@@ -258,7 +258,7 @@ class FleetController:
             host.idle_since = None
         since = host.idle_since
         # The row's pk, once the first write has found or made it (saves a query per tick).
-        return HostStatus(pk=host.status.pk if host.status is not None else None,
+        return MachineStatus(pk=host.status.pk if host.status is not None else None,
                           machine=machine, connected=live.connected, via=live.via,
                           interval=self.interval, seq=live.seq, snapshot=live.snapshot_json(),
                           error=live.error, updated=seen_at(now),
@@ -266,16 +266,16 @@ class FleetController:
                           idle_waiting_since=None if since is None else seen_at(since))
 
     def _render(self, pages: dict[str, str], fresh: set[str], changed: set[int],
-                panels: set[int], statuses: dict[int, HostStatus],
+                panels: set[int], statuses: dict[int, MachineStatus],
                 now: float) -> list[tuple[str, str]]:
         """One message per watched fleet page: the whole page when it is fresh or its rows
         changed (a host added, removed, or moved by its sort or filter), else its changed rows
         whose shown values moved and the totals when they moved. The host panels in `panels`."""
-        hosts = readmodel.host_views(list(self.machines.values()), statuses, now, self.views)
+        hosts = readmodel.machine_views(list(self.machines.values()), statuses, now, self.views)
         by_id = self.views = {h.machine.pk: h for h in hosts}
         self.tables = {query: self.tables.get(query) or fleet_table(query)
                        for query in pages.values()}
-        shown = {group: self._page_hosts(self.tables[query], hosts, now)
+        shown = {group: self._page_machines(self.tables[query], hosts, now)
                  for group, query in pages.items()}
         rows = {group: [h.machine.pk for h in page] for group, page in shown.items()}
         whole = {group for group in shown if group in fresh or rows[group] != self.page_rows.get(group)}
@@ -307,19 +307,19 @@ class FleetController:
         for machine_id in panels:
             if machine_id in by_id:
                 host = by_id[machine_id]
-                messages.append((viewers.host_group(machine_id),
-                                 fragments.render_host_panel(host.machine, now, host)))
+                messages.append((viewers.machine_group(machine_id),
+                                 fragments.render_machine_panel(host.machine, now, host)))
         return messages
 
     @staticmethod
-    def _page_hosts(table: FleetTableForm, hosts: list[HostView], now: float) -> list[HostView]:
+    def _page_machines(table: FleetTableForm, hosts: list[MachineView], now: float) -> list[MachineView]:
         """The rows of a fleet page, in order: from the state held here, or, for the recently
         killed machines (which no controller holds), from the database."""
         if table.shows_killed:
             return list(table.page_rows(now))
-        return list(table.page_of_hosts(table.arrange(hosts)))
+        return list(table.page_of_machines(table.arrange(hosts)))
 
-    def _persist(self, statuses: list[HostStatus], connection_changed: set[int],
+    def _persist(self, statuses: list[MachineStatus], connection_changed: set[int],
                  same_snapshot: frozenset[int] | set[int] = frozenset()):
         """Write the changed hosts' status, copy job progress from their pipelines, and render
         the proof pages that changed: those whose progress changed, and every unfinished job's
@@ -328,7 +328,7 @@ class FleetController:
         cancels: list[tuple[int, str]] = []
         proof_jobs: dict[str, ProofJob] = {}
         with transaction.atomic():
-            existing = dict(HostStatus.objects.filter(
+            existing = dict(MachineStatus.objects.filter(
                 machine_id__in=[s.machine_id for s in statuses if s.pk is None])
                 .values_list("machine_id", "pk"))
             for status in statuses:
@@ -357,9 +357,9 @@ class FleetController:
                 proof_jobs.setdefault(str(job.pk), job)
             fields = ["connected", "via", "interval", "seq", "error", "updated", "snapshot_at",
                       "idle_waiting_since"]
-            update_rows(HostStatus, [s for s in statuses if s.machine_id not in same_snapshot],
+            update_rows(MachineStatus, [s for s in statuses if s.machine_id not in same_snapshot],
                         [*fields, "snapshot"])
-            update_rows(HostStatus, [s for s in statuses if s.machine_id in same_snapshot],
+            update_rows(MachineStatus, [s for s in statuses if s.machine_id in same_snapshot],
                         fields)
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
@@ -396,8 +396,8 @@ class FleetController:
                 continue
             acquired.add(machine_id)
             if host is None:
-                host = self.hosts[machine_id] = HostState(
-                    HostLive(machine_id, down_since=self.clock()))
+                host = self.hosts[machine_id] = WatchedMachine(
+                    MachineLive(machine_id, down_since=self.clock()))
             try:
                 transport = transport_for(machine)
             except TransportError as exc:
@@ -440,7 +440,7 @@ class FleetController:
         watched_here = set(self.hosts)
         self.others = await database_sync_to_async(lambda: {
             status.machine_id: status for status in
-            HostStatus.objects.filter(machine_id__in=[m for m in self.machines
+            MachineStatus.objects.filter(machine_id__in=[m for m in self.machines
                                                       if m not in watched_here])})()
 
     def connected_engine(self, machine_id: int) -> ConnectedEngine | None:
@@ -456,7 +456,7 @@ class FleetController:
 
     async def run_actions(self) -> None:
         pending = await database_sync_to_async(list)(
-            HostAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
+            MachineAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
         for action in pending:
             engine = self.dispatcher.connected(action.machine_id)
             if engine is None:
@@ -464,9 +464,9 @@ class FleetController:
             self.actions.add(action.pk)
             self.spawn(self._run_action(action, engine.client))
 
-    async def _run_action(self, action: HostAction, client: EngineClient) -> None:
+    async def _run_action(self, action: MachineAction, client: EngineClient) -> None:
         try:
-            if action.action == HostAction.Action.PRELOAD:
+            if action.action == MachineAction.Action.PRELOAD:
                 await client.preload(action.circuit_id)
             else:
                 await client.evict(action.circuit_id)
@@ -499,7 +499,7 @@ class FleetController:
                                    now))
             host.sampled_at = now
         watched = [host.live.machine_id for host in chosen
-                   if self.viewers.watched(viewers.host_group(host.live.machine_id))]
+                   if self.viewers.watched(viewers.machine_group(host.live.machine_id))]
         trim = now - self.last_trim >= self.history_every
         if trim:
             self.last_trim = now
@@ -522,7 +522,7 @@ def _change_marker(machine: Machine) -> tuple:
             remote and remote.vast_seen_at)
 
 
-def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample:
+def _sample(live: MachineLive, snapshot: PartialSnapshot, now: float) -> MachineSample:
     """One history point from the host's snapshot; a figure the daemon does not report (an
     upstream one may not) is sampled as 0."""
     workers = snapshot.get("gpu_workers", [])
@@ -539,7 +539,7 @@ def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample
     busy_seconds = sum(w.get("busy_total_secs", 0.0)
                        + (since_snapshot if w.get("state") == "proving" else 0.0)
                        for w in workers)
-    return HostSample(
+    return MachineSample(
         machine_id=live.machine_id, time=seen_at(now),
         busy_fraction=busy / len(workers) if workers else 0.0,
         busy_by_device={k: v[0] / v[1] for k, v in by_device.items()},
@@ -550,22 +550,22 @@ def _sample(live: HostLive, snapshot: PartialSnapshot, now: float) -> HostSample
         memory_used=memory.get("used_bytes", 0), memory_total=memory.get("total_bytes", 0))
 
 
-def _store_history(samples: list[HostSample], now: float, keep: float | None,
+def _store_history(samples: list[MachineSample], now: float, keep: float | None,
                    watched: list[int]):
     """Store the samples; drop those older than `keep` seconds (None: not this time); the
     charts of the `watched` hosts (sampled now), to push."""
-    HostSample.objects.bulk_create(samples)
+    MachineSample.objects.bulk_create(samples)
     if keep is not None:
-        HostSample.objects.filter(time__lt=seen_at(now) - timedelta(seconds=keep)).delete()
+        MachineSample.objects.filter(time__lt=seen_at(now) - timedelta(seconds=keep)).delete()
     machines = Machine.objects.filter(pk__in=watched)
-    return [(viewers.host_group(m.pk), fragments.render_host_charts(m, now)) for m in machines]
+    return [(viewers.machine_group(m.pk), fragments.render_machine_charts(m, now)) for m in machines]
 
 
-def _finish_action(action: HostAction, error: str) -> None:
+def _finish_action(action: MachineAction, error: str) -> None:
     action.done_at = timezone.now()
     action.error = error
     action.save(update_fields=["done_at", "error"])
-    verb = "preloaded" if action.action == HostAction.Action.PRELOAD else "evicted"
+    verb = "preloaded" if action.action == MachineAction.Action.PRELOAD else "evicted"
     Event.record("srs", f"{action.machine.name}: SRS {action.circuit_id} "
                  + (f"not {verb}: {error}" if error else verb),
                  machine=action.machine, level=Event.Level.ERROR if error else Event.Level.INFO)

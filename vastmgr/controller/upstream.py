@@ -9,7 +9,7 @@ It trusts nothing: any field may be absent, null or of the wrong type, and then 
 the mapped snapshot, so the panel says "not reported" instead of showing a zero that was never
 measured.
 `UpstreamWatcher` polls, maps, runs the lie detector and hands the result to the controller
-exactly as `HostWatcher` does for our engine; `watcher_for` picks the watcher by flavour.
+exactly as `MachineWatcher` does for our engine; `watcher_for` picks the watcher by flavour.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import aiohttp
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineError
 from cuzk_engine.vocabulary import PARTITION_PHASES, WORKER_STATES
-from vastmgr.controller.watcher import HostLive, HostWatcher, RampSlot
+from vastmgr.controller.watcher import MachineLive, MachineWatcher, RampSlot
 from vastmgr.fleet.lie_detector import LieDetector
 from vastmgr.fleet.liveness import STALE_AFTER_INTERVALS
 from vastmgr.fleet.models import Machine
@@ -175,13 +175,13 @@ def map_snapshot(raw, poll: int) -> PartialSnapshot:
 
 # ---- the watcher --------------------------------------------------------------------------
 
-class UpstreamWatcher(HostWatcher):
-    """Polls an upstream daemon's `GET /status`; the same interface as HostWatcher.
+class UpstreamWatcher(MachineWatcher):
+    """Polls an upstream daemon's `GET /status`; the same interface as MachineWatcher.
 
     It never sets `live.client`: the dispatcher, SRS actions and result waiters only use hosts
     with a client, so nothing is ever submitted to a daemon whose API we do not speak."""
 
-    def __init__(self, live: HostLive, transport: EngineTransport,
+    def __init__(self, live: MachineLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
                  interval: float, *, connect_slots: asyncio.Semaphore | None = None):
         super().__init__(live, transport, session, clock, interval, connect_slots=connect_slots)
@@ -209,11 +209,11 @@ class UpstreamWatcher(HostWatcher):
         self.live.accept(snapshot, "poll", now)
 
 
-def watcher_for(machine, live: HostLive, transport: EngineTransport,
+def watcher_for(machine, live: MachineLive, transport: EngineTransport,
                 session: aiohttp.ClientSession, clock: Callable[[], float],
-                interval: float, connect_slots: asyncio.Semaphore | None = None) -> HostWatcher:
+                interval: float, connect_slots: asyncio.Semaphore | None = None) -> MachineWatcher:
     """The watcher for this machine's engine flavour (`interval`: the controller's)."""
     if machine.is_upstream:
         return UpstreamWatcher(live, transport, session, clock, poll_interval(interval),
                                connect_slots=connect_slots)
-    return HostWatcher(live, transport, session, clock, interval, connect_slots=connect_slots)
+    return MachineWatcher(live, transport, session, clock, interval, connect_slots=connect_slots)

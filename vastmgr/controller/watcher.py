@@ -17,7 +17,7 @@ import ujson
 from cuzk_engine.daemon.client import EngineClient, StreamedSnapshot
 from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from cuzk_engine.errors import EngineError, SnapshotFormatError
-from vastmgr.controller.store import StoredJSON
+from vastmgr.controller.row_writer import StoredJSON
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
 from vastmgr.fleet.transport import EngineEndpoint, EngineTransport
@@ -42,7 +42,7 @@ HEARTBEAT_SHARE = 0.5
 
 
 @dataclass
-class HostLive:
+class MachineLive:
     """What the controller knows about one engine, updated by its watcher. `snapshot` is our
     engine's (typed and complete; from the stream, as the JSON it came as, checked but read
     into the typed form only when `engine_snapshot` is asked for) or an upstream daemon's
@@ -140,8 +140,8 @@ class RampSlot:
         self.release()
 
 
-class HostWatcher:
-    def __init__(self, live: HostLive, transport: EngineTransport,
+class MachineWatcher:
+    def __init__(self, live: MachineLive, transport: EngineTransport,
                  session: aiohttp.ClientSession, clock: Callable[[], float],
                  interval: float, *, connect_slots: asyncio.Semaphore | None = None):
         self.live = live

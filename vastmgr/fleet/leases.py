@@ -1,7 +1,7 @@
 """Which hosts this controller watches when several share a fleet (scale-out mode).
 
 Every `period / RENEWALS_PER_PERIOD` seconds the controller announces itself
-(ControllerHeartbeat) and renews, gives back or claims host leases (HostLease.renew) so it
+(ControllerHeartbeat) and renews, gives back or claims host leases (MachineLease.renew) so it
 holds its fair share. A controller that dies stops renewing: its leases lapse after `period`
 and the others claim them on their next renewal. A controller that cannot reach the database
 stops watching its hosts once its own leases may have lapsed, so two controllers never keep
@@ -18,7 +18,7 @@ import time
 from channels.db import database_sync_to_async
 from django.db import DatabaseError
 
-from vastmgr.fleet.models import ControllerHeartbeat, HostLease
+from vastmgr.fleet.models import ControllerHeartbeat, MachineLease
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Leases:
             # claiming every host and handing half of them over a renewal later. Alone, it
             # claims at once.
             return set()
-        return HostLease.renew(self.name, self.period, controllers)
+        return MachineLease.renew(self.name, self.period, controllers)
 
     async def release(self) -> None:
         """Hand every host back now (a clean stop), so the others need not wait a period."""
@@ -76,5 +76,5 @@ class Leases:
             log.warning("could not release the leases of %s: %s", self.name, exc)
 
     def _release(self) -> None:
-        HostLease.release(self.name)
+        MachineLease.release(self.name)
         ControllerHeartbeat.leave(self.name)

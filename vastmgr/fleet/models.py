@@ -200,7 +200,7 @@ class Event(models.Model):
         raise AppendOnlyError("events are append-only: they cannot be deleted")
 
 
-class HostStatus(models.Model):
+class MachineStatus(models.Model):
     """The fleet controller's latest view of one machine's engine, shared by every dashboard process.
 
     Pages and consumers render from this row, so a browser that (re)connects to any daphne
@@ -227,7 +227,7 @@ class HostStatus(models.Model):
         return f"{self.machine.name}: {'connected' if self.connected else 'down'}"
 
 
-class HostSample(models.Model):
+class MachineSample(models.Model):
     """A downsampled history point (one every few seconds per host), pruned by age."""
 
     machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="samples")
@@ -249,7 +249,7 @@ class HostSample(models.Model):
         indexes = [models.Index(fields=["machine", "time"])]
 
 
-class HostAction(models.Model):
+class MachineAction(models.Model):
     """An operator's request to an engine (SRS preload/evict), carried out by the controller."""
 
     class Action(models.TextChoices):
@@ -294,7 +294,7 @@ class ControllerHeartbeat(models.Model):
         cls.objects.filter(name=name).delete()
 
 
-class HostLease(models.Model):
+class MachineLease(models.Model):
     """Which fleet controller watches a machine (and dispatches to it) until `expires`.
 
     In the scale-out mode every controller renews its leases on a heartbeat; a lease that
@@ -321,7 +321,7 @@ class HostLease(models.Model):
         watchable = Machine.objects.filter(enabled=True).exclude(state=Machine.State.KILLED)
         with transaction.atomic():
             present = set(cls.objects.values_list("machine_id", flat=True))
-            # django-stubs types cls(...) as HostLease, not Self (typeddjango/django-stubs#3401).
+            # django-stubs types cls(...) as MachineLease, not Self (typeddjango/django-stubs#3401).
             cls.objects.bulk_create(
                 [cls(machine_id=machine_id) for machine_id in  # type: ignore[misc]
                  watchable.exclude(pk__in=present).values_list("pk", flat=True)],

@@ -4,7 +4,7 @@ detector read.
 Our engine's snapshot is complete (`cuzk_engine.engine.snapshot.EngineSnapshot`, checked on
 arrival). An upstream cuzk daemon's is not: `controller.upstream.map_snapshot` keeps only what
 it reported, so the panel can say "not reported" instead of showing a zero nobody measured.
-Both are stored as JSON in `HostStatus.snapshot` and read back through these TypedDicts (every
+Both are stored as JSON in `MachineStatus.snapshot` and read back through these TypedDicts (every
 key optional, `total=False`), so a reader has to say what it does when a field is absent.
 """
 

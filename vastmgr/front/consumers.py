@@ -251,11 +251,11 @@ class FleetConsumer(FragmentConsumer):
                                       self.table.query_without("page"))
 
 
-class HostConsumer(FragmentConsumer):
+class MachineConsumer(FragmentConsumer):
     announces = True
 
     def get_group(self) -> str:
-        return viewers.host_group(self.scope["url_route"]["kwargs"]["machine_id"])
+        return viewers.machine_group(self.scope["url_route"]["kwargs"]["machine_id"])
 
     @database_sync_to_async
     def exists(self) -> bool:
@@ -264,7 +264,7 @@ class HostConsumer(FragmentConsumer):
     def current_state(self) -> str:
         machine = Machine.objects.get(pk=self.scope["url_route"]["kwargs"]["machine_id"])
         now = time.time()
-        return fragments.render_host_panel(machine, now) + fragments.render_host_charts(machine, now)
+        return fragments.render_machine_panel(machine, now) + fragments.render_machine_charts(machine, now)
 
 
 class RelayConsumer(AsyncWebsocketConsumer):

@@ -27,8 +27,8 @@ def row_detail(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespon
         "machine": machine, "remote": remote,
         "spent": remote.spent() if remote else None,
         "instance": machine.callhome_instances.order_by("-runner_id").first(),
-        "panel_html": fragments.render_host_panel(machine, now),
-        "charts_html": fragments.render_host_charts(machine, now),
+        "panel_html": fragments.render_machine_panel(machine, now),
+        "charts_html": fragments.render_machine_charts(machine, now),
         "logs": _logs(machine, ALL)})
 
 

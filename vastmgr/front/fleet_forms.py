@@ -3,12 +3,12 @@ from typing import cast
 from django import forms
 
 from cuzk_engine.vocabulary import KINDS, PROFILES
-from vastmgr.fleet.models import Event, HostAction, Machine
+from vastmgr.fleet.models import Event, Machine, MachineAction
 from vastmgr.front.tables import TableForm
 
 
 class SrsActionForm(forms.Form):
-    action = forms.ChoiceField(choices=HostAction.Action.choices)
+    action = forms.ChoiceField(choices=MachineAction.Action.choices)
     circuit_id = forms.CharField(max_length=200, strip=True)
 
     @staticmethod

@@ -18,13 +18,13 @@ from django.core.paginator import Page, Paginator
 from django.http import QueryDict
 from django.utils import timezone
 
-from vastmgr.front.readmodel import STATE_GROUPS, HostView, load_hosts
+from vastmgr.front.readmodel import STATE_GROUPS, MachineView, load_machines
 from vastmgr.front.tables import TableForm
 
 KILLED = "killed"
 
 # Sort key → the value a row is sorted by (None: not reported, always last).
-SORT_VALUES: dict[str, Callable[[HostView], Any]] = {
+SORT_VALUES: dict[str, Callable[[MachineView], Any]] = {
     "name": lambda h: h.machine.name,  # as the socket orders them (Machine.Meta)
     "state": lambda h: h.machine.state,
     "conn": lambda h: h.connection,
@@ -52,16 +52,16 @@ class FleetTableForm(TableForm):
     state = forms.ChoiceField(required=False, choices=[("", "all but killed")] + [
         (key, label) for key, (label, _) in STATE_GROUPS.items()] + [(KILLED, "killed (24 h)")])
 
-    def rows(self, now: float) -> list[HostView]:
+    def rows(self, now: float) -> list[MachineView]:
         killed_since = timezone.now() - timedelta(hours=24) if self.shows_killed else None
-        return self.arrange(load_hosts(now, killed_since=killed_since))
+        return self.arrange(load_machines(now, killed_since=killed_since))
 
     @property
     def shows_killed(self) -> bool:
         """Whether the rows are the recently killed machines (which no controller holds)."""
         return self.cleaned_data.get("state") == KILLED
 
-    def arrange(self, hosts: list[HostView]) -> list[HostView]:
+    def arrange(self, hosts: list[MachineView]) -> list[MachineView]:
         """`hosts` filtered and sorted as this table asks."""
         state = self.cleaned_data.get("state") or ""
         if state == KILLED:
@@ -80,9 +80,9 @@ class FleetTableForm(TableForm):
 
     def page_rows(self, now: float) -> Page:
         """The requested page of `rows` (a page past the end shows the last)."""
-        return self.page_of_hosts(self.rows(now))
+        return self.page_of_machines(self.rows(now))
 
-    def page_of_hosts(self, hosts: list[HostView]) -> Page:
+    def page_of_machines(self, hosts: list[MachineView]) -> Page:
         """The requested page of `hosts` (already arranged)."""
         return Paginator(hosts, self.PER_PAGE).get_page(self.cleaned_data.get("page") or 1)
 

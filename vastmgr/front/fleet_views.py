@@ -5,7 +5,7 @@ from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbid
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from vastmgr.fleet.models import HostAction, Machine
+from vastmgr.fleet.models import Machine, MachineAction
 from vastmgr.front import fragments, readmodel
 from vastmgr.front.fleet_forms import EventListForm, SrsActionForm
 from vastmgr.front.fleet_table import FleetTableForm
@@ -17,13 +17,13 @@ def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = {"table": table, "sorts": table.sort_links()}
     if not table.is_valid():
         context["hosts"] = []
-        context["totals_html"] = fragments.render_fleet_totals(readmodel.load_hosts(time.time()))
+        context["totals_html"] = fragments.render_fleet_totals(readmodel.load_machines(time.time()))
         return render(request, "fleet/fleet.html", context, status=400)
     now = time.time()
     page = table.page_rows(now)
     context.update(hosts=list(page), page=page, query=table.query_without(),
                    page_query=table.query_without("page"),
-                   totals_html=fragments.render_fleet_totals(readmodel.load_hosts(now)))
+                   totals_html=fragments.render_fleet_totals(readmodel.load_machines(now)))
     return render(request, "fleet/fleet.html", context)
 
 
@@ -39,29 +39,29 @@ def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
         now, list(table.page_rows(now)), table.query_without("page")))
 
 
-def host(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+def machine_panel(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=machine_id)
-    return _host_page(request, machine, SrsActionForm())
+    return _machine_page(request, machine, SrsActionForm())
 
 
-def _host_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
+def _machine_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
                status: int = 200) -> HttpResponse:
-    return render(request, "fleet/host.html", {
+    return render(request, "fleet/machine_panel.html", {
         "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
         "circuit_pattern": SrsActionForm.circuit_pattern(),
         "state_html": _host_state(machine, request.GET.get("window")),
     }, status=status)
 
 
-def host_fragment(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+def machine_fragment(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     return HttpResponse(_host_state(get_object_or_404(Machine, pk=machine_id),
                                     request.GET.get("window")))
 
 
-def host_charts(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+def machine_charts(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     """The charts alone, for the window picker (`?window=15m|1h|24h`)."""
     machine = get_object_or_404(Machine, pk=machine_id)
-    return HttpResponse(fragments.render_host_charts(
+    return HttpResponse(fragments.render_machine_charts(
         machine, window=readmodel.chart_window(request.GET.get("window"))))
 
 
@@ -73,12 +73,12 @@ def machine_state(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRes
 
 def _host_state(machine: Machine, window: str | None = None) -> str:
     now = time.time()
-    return fragments.render_host_panel(machine, now) + fragments.render_host_charts(
+    return fragments.render_machine_panel(machine, now) + fragments.render_machine_charts(
         machine, now, readmodel.chart_window(window))
 
 
 @require_POST
-def host_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+def machine_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     if not request.user.is_staff:
         return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
                                      content_type="text/plain; charset=utf-8")
@@ -88,11 +88,11 @@ def host_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse
         messages.error(request, f"{machine.name} runs an upstream cuzk daemon: SRS actions go "
                                 "through its gRPC API, which vastmgr does not drive.")
     elif form.is_valid():
-        HostAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
+        MachineAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
         messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
                                f" requested; the panel updates when the engine has done it.")
-        return redirect("host", machine_id=machine.pk)
-    return _host_page(request, machine, form, status=400)
+        return redirect("machine-panel", machine_id=machine.pk)
+    return _machine_page(request, machine, form, status=400)
 
 
 def events(request: AuthenticatedHttpRequest) -> HttpResponse:

@@ -18,12 +18,12 @@ from vastmgr.fleet.partial_snapshot import (
 )
 from vastmgr.front.readmodel import (
     DEFAULT_WINDOW,
-    HostView,
+    MachineView,
     chart_series,
     fleet_totals,
-    load_hosts,
+    load_machines,
 )
-from vastmgr.front.viewers import fleet_group, host_group
+from vastmgr.front.viewers import fleet_group, machine_group
 from vastmgr.proofs.models import ProofJob
 from vastmgr.proofs.progress import (
     PHASE_LABELS,
@@ -34,25 +34,25 @@ from vastmgr.proofs.progress import (
 RECENT_PROOFS = 10
 
 
-def render_fleet_row(host: HostView) -> str:
+def render_fleet_row(host: MachineView) -> str:
     return render_to_string("fleet/fragments/fleet_row.html", {"h": host})
 
 
-def render_fleet_totals(hosts: list[HostView], now: float | None = None) -> str:
+def render_fleet_totals(hosts: list[MachineView], now: float | None = None) -> str:
     return render_to_string("fleet/fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
 
 
-def render_fleet(now: float | None = None, rows: list[HostView] | None = None,
+def render_fleet(now: float | None = None, rows: list[MachineView] | None = None,
                  query: str = "") -> str:
     """The whole fleet table body and totals: first render, reconnects and polling. `rows`:
     the body's rows when a filter or sort chose them (`query`, its parameters); the totals
     are always the whole fleet's."""
-    hosts = load_hosts(now or time.time())
+    hosts = load_machines(now or time.time())
     return render_fleet_rows(hosts if rows is None else rows, query) \
         + render_fleet_totals(hosts, now)
 
 
-def render_fleet_rows(rows: list[HostView], query: str = "") -> str:
+def render_fleet_rows(rows: list[MachineView], query: str = "") -> str:
     """The table body: one page's rows (`query`: the filter and sort that chose them)."""
     return render_to_string("fleet/fragments/fleet_body.html", {"hosts": rows, "query": query})
 
@@ -62,10 +62,10 @@ def render_toast(level: str, text: str, url: str = "") -> str:
     return render_to_string("fleet/fragments/toast.html", {"level": level, "text": text, "url": url})
 
 
-def host_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, str]]:
+def machine_offline_notices(machine_id: int, name, error: str) -> list[tuple[str, str]]:
     html = render_toast("error", f"{name} went offline: {error or 'connection lost'}",
-                        reverse("host", args=[machine_id]))
-    return [(fleet_group(), html), (host_group(machine_id), html)]
+                        reverse("machine-panel", args=[machine_id]))
+    return [(fleet_group(), html), (machine_group(machine_id), html)]
 
 
 def pipeline_rows(snapshot: PartialSnapshot) -> list[dict]:
@@ -86,9 +86,9 @@ def pipeline_rows(snapshot: PartialSnapshot) -> list[dict]:
     return rows
 
 
-def host_context(machine: Machine, now: float, host: HostView | None = None) -> dict:
+def machine_panel_context(machine: Machine, now: float, host: MachineView | None = None) -> dict:
     if host is None:
-        (host,) = load_hosts(now, [machine.pk]) or [HostView(machine, None, now)]
+        (host,) = load_machines(now, [machine.pk]) or [MachineView(machine, None, now)]
     snapshot = host.snapshot
     counters = snapshot.get("counters", {})
     return {
@@ -120,14 +120,14 @@ def _counter_rows(counters: PartialCounters) -> list[dict]:
             for kind in kinds]
 
 
-def render_host_panel(machine: Machine, now: float | None = None,
-                      host: HostView | None = None) -> str:
+def render_machine_panel(machine: Machine, now: float | None = None,
+                      host: MachineView | None = None) -> str:
     """`host`: the machine's view when the caller has loaded it already (saves two queries)."""
-    return render_to_string("fleet/fragments/host_panel.html",
-                            host_context(machine, now or time.time(), host))
+    return render_to_string("fleet/fragments/machine_panel.html",
+                            machine_panel_context(machine, now or time.time(), host))
 
 
-def render_host_charts(machine: Machine, now: float | None = None,
+def render_machine_charts(machine: Machine, now: float | None = None,
                        window: str = DEFAULT_WINDOW) -> str:
-    return render_to_string("fleet/fragments/host_charts.html",
+    return render_to_string("fleet/fragments/machine_charts.html",
                             {"m": machine, "c": chart_series(machine, now or time.time(), window)})

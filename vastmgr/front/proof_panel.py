@@ -11,8 +11,8 @@ from django.urls import reverse
 from cuzk_engine.groth16 import PROOF_BYTES
 from cuzk_engine.vocabulary import PARTITION_PHASES
 from vastmgr.front.fragments import render_toast
-from vastmgr.front.readmodel import load_hosts
-from vastmgr.front.viewers import fleet_group, host_group
+from vastmgr.front.readmodel import load_machines
+from vastmgr.front.viewers import fleet_group, machine_group
 from vastmgr.proofs.models import ETA_MIN_RUNS, ProofJob
 from vastmgr.proofs.progress import JobProgress, partition_title
 
@@ -39,7 +39,7 @@ def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
                                  f"{where}: {job.error}", reverse("proof", args=[job.pk]))
     groups = [fleet_group(), proof_group(job.pk)]
     if job.machine_id:
-        groups.append(host_group(job.machine_id))
+        groups.append(machine_group(job.machine_id))
     return [(group, html) for group in groups]
 
 
@@ -95,7 +95,7 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
     now = now or time.time()
     host = None
     if job.machine_id is not None and not job.is_final:
-        host = next(iter(load_hosts(now, [job.machine_id])), None)
+        host = next(iter(load_machines(now, [job.machine_id])), None)
     return {
         "job": job,
         "host": host,

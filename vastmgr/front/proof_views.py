@@ -195,7 +195,7 @@ def create_jobs(form: TestProofForm, user: User) -> tuple[list[ProofJob], str | 
 
 def unavailable_reason(machine: Machine | None) -> str | None:
     now = time.time()
-    hosts = readmodel.load_hosts(now, [machine.pk] if machine else None)
+    hosts = readmodel.load_machines(now, [machine.pk] if machine else None)
     if machine is not None:
         if reason := machine.unusable_reason():
             return reason

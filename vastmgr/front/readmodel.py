@@ -1,4 +1,4 @@
-"""The fleet read model: each machine as its row and panel show it (`HostView`), the fleet's
+"""The fleet read model: each machine as its row and panel show it (`MachineView`), the fleet's
 totals and summary cards, and a machine's history charts, all read from database rows.
 
 Every page, the JSON API, `/metrics` and the notifier read the fleet through here; the HTML of
@@ -22,7 +22,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from vastmgr.fleet.liveness import LIVE, OFFLINE, connection_state
-from vastmgr.fleet.models import Event, HostSample, HostStatus, Machine
+from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
     PartialMemory,
     PartialSnapshot,
@@ -35,7 +35,7 @@ from vastmgr.proofs.progress import (
     NOT_STARTED,
     pipeline_phase,
 )
-from vastmgr.remote.models import BadHost, Secret, UnmanagedInstance, VastSync
+from vastmgr.remote.models import BadMachine, Secret, UnmanagedInstance, VastSync
 
 # The idle-GPU flag is raised only once the condition has held this long on the controller's
 # clock: between a submission and the next worker pickup it is true for a moment, and a flag
@@ -44,7 +44,7 @@ IDLE_FLAG_HOLD = 5.0
 
 
 @dataclass
-class HostView:
+class MachineView:
     """One host as the fleet row and panel show it; the derived values are computed once per
     render (templates ask for them several times, for hundreds of rows a tick).
 
@@ -54,11 +54,11 @@ class HostView:
     hosts' totals twice a second)."""
 
     machine: Machine
-    status: HostStatus | None
+    status: MachineStatus | None
     now: float
     done_24h: int = 0
     failed_24h: int = 0
-    bad_host: BadHost | None = None  # its provider machine is on the bad-hosts list
+    bad_host: BadMachine | None = None  # its provider machine is on the bad-hosts list
 
     # The cached values that depend on `now`: dropped when the view moves in time.
     MOVES_WITH_NOW: ClassVar[tuple[str, ...]] = ("connection",)
@@ -67,14 +67,14 @@ class HostView:
         # The machine's last seen as this view read it: the controller moves it in place.
         self._last_seen = self.machine.last_seen
 
-    def same_rows(self, machine: Machine, status: HostStatus | None, done_24h: int,
-                  failed_24h: int, bad_host: BadHost | None) -> bool:
+    def same_rows(self, machine: Machine, status: MachineStatus | None, done_24h: int,
+                  failed_24h: int, bad_host: BadMachine | None) -> bool:
         """Whether a view of these rows would be this one (at another time)."""
         return (machine is self.machine and status is self.status
                 and machine.last_seen == self._last_seen and done_24h == self.done_24h
                 and failed_24h == self.failed_24h and bad_host is self.bad_host)
 
-    def at(self, now: float) -> HostView:
+    def at(self, now: float) -> MachineView:
         """This view moved to `now`."""
         self.now = now
         for name in self.MOVES_WITH_NOW:
@@ -315,8 +315,8 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def load_hosts(now: float, machine_ids: Iterable[int] | None = None, *,
-               killed_since: datetime | None = None) -> list[HostView]:
+def load_machines(now: float, machine_ids: Iterable[int] | None = None, *,
+               killed_since: datetime | None = None) -> list[MachineView]:
     """Live machines (`killed_since`: also those killed since then)."""
     query = Machine.objects.select_related("live", "remote")
     alive = ~Q(state=Machine.State.KILLED)
@@ -325,11 +325,11 @@ def load_hosts(now: float, machine_ids: Iterable[int] | None = None, *,
     if machine_ids is not None:
         query = query.filter(pk__in=machine_ids)
     machines = list(query)
-    return host_views(machines, {m.pk: getattr(m, "live", None) for m in machines}, now)
+    return machine_views(machines, {m.pk: getattr(m, "live", None) for m in machines}, now)
 
 
-def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | None],
-               now: float, kept: Mapping[int, HostView] | None = None) -> list[HostView]:
+def machine_views(machines: Sequence[Machine], statuses: Mapping[int, MachineStatus | None],
+               now: float, kept: Mapping[int, MachineView] | None = None) -> list[MachineView]:
     """Views of `machines` with the given live status rows (the fleet controller passes the
     state it holds in memory, which is what it writes to the database). `kept`: views from an
     earlier render, each used again (at `now`) where its rows are still the same."""
@@ -342,7 +342,7 @@ def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | 
                   failed=Count("id", filter=Q(status=ProofJob.Status.FAILED)))
     }
     provider_ids = {m.vast_machine_id for m in machines if m.vast_machine_id is not None}
-    bad = {b.provider_machine_id: b for b in BadHost.objects.filter(
+    bad = {b.provider_machine_id: b for b in BadMachine.objects.filter(
         provider=Machine.Provider.VAST, provider_machine_id__in=provider_ids)} \
         if provider_ids else {}
     views = []
@@ -356,7 +356,7 @@ def host_views(machines: Sequence[Machine], statuses: Mapping[int, HostStatus | 
         if view is not None and view.same_rows(machine, status, done, failed, bad_host):
             views.append(view.at(now))
         else:
-            views.append(HostView(machine, status, now, done, failed, bad_host))
+            views.append(MachineView(machine, status, now, done, failed, bad_host))
     return views
 
 
@@ -378,7 +378,7 @@ STATE_GROUPS = {
 KILLED_WINDOW = timedelta(hours=24)
 
 
-def state_cards(hosts: list[HostView], now: float) -> dict:
+def state_cards(hosts: list[MachineView], now: float) -> dict:
     """Per state group: its label, the filter it links to and how many machines are in it;
     the machines killed in the last 24 h; GPUs, $/h, measured and benchmarked proofs/h."""
     running = [h for h in hosts if h.machine.state == Machine.State.RUNNING]
@@ -402,7 +402,7 @@ def state_cards(hosts: list[HostView], now: float) -> dict:
     }
 
 
-def fleet_totals(hosts: list[HostView], now: float | None = None) -> dict:
+def fleet_totals(hosts: list[MachineView], now: float | None = None) -> dict:
     now = now or time.time()
     since = timezone.now() - timedelta(hours=24)
     finished = ProofJob.objects.filter(finished_at__gte=since).aggregate(
@@ -467,7 +467,7 @@ def chart_series(machine: Machine, now: float, window: str = DEFAULT_WINDOW,
     """
     label, seconds = CHART_WINDOWS[chart_window(window)]
     start = now - seconds
-    samples = list(HostSample.objects.filter(
+    samples = list(MachineSample.objects.filter(
         machine=machine, time__gte=datetime.fromtimestamp(start - GAP_FACTOR * sample_every, UTC),
     ).order_by("time").values_list("time", "busy_fraction", "busy_seconds", "workers",
                                    "proofs_completed"))

@@ -97,5 +97,5 @@ def fleet_page_group(page_key: str) -> str:
     return f"fleet.page.{page_key}"
 
 
-def host_group(machine_id: int) -> str:
+def machine_group(machine_id: int) -> str:
     return f"host.{machine_id}"

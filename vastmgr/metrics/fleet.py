@@ -1,6 +1,6 @@
 """The fleet's metrics, read from the database at scrape time.
 
-Every figure comes from the rows the pages render (the fleet view's `HostView`s, proof jobs,
+Every figure comes from the rows the pages render (the fleet view's `MachineView`s, proof jobs,
 events), so a scrape of any dashboard process tells the same truth as the pages, and nothing
 is lost when a process restarts. Counters are counts of append-only or final rows (proofs that
 ended, events, billed time), so they only grow.
@@ -31,7 +31,7 @@ from prometheus_client.utils import floatToGoString
 from cuzk_engine.vocabulary import KINDS
 from vastmgr.fleet.liveness import LIVE, OFFLINE, STALE
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.front.readmodel import HostView, load_hosts
+from vastmgr.front.readmodel import MachineView, load_machines
 from vastmgr.proofs.models import ProofJob
 
 # Proof duration buckets, seconds: a tiny proof takes about one, a large one minutes.
@@ -44,7 +44,7 @@ ALERTED_EVENT_KINDS = ("ssh", "vast", "fault", "alert")
 class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = time.time()
-        hosts = load_hosts(now)
+        hosts = load_machines(now)
         yield from _hosts(hosts)
         yield from _cost(hosts)
         yield from _upstream(hosts)
@@ -57,7 +57,7 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
     return GaugeMetricFamily(name, doc, labels=labels or [])
 
 
-def _hosts(hosts: list[HostView]) -> Iterator[Metric]:
+def _hosts(hosts: list[MachineView]) -> Iterator[Metric]:
     by_state = _gauge("vastmgr_hosts", "Machines by lifecycle state and engine connection "
                       "(killed machines are not counted)", ["state", "connection"])
     counts = Counter((h.machine.state, h.connection) for h in hosts)
@@ -99,7 +99,7 @@ def _hosts(hosts: list[HostView]) -> Iterator[Metric]:
     yield from (up, lifecycle, enabled, seen, uptime, workers, waiting)
 
 
-def _cost(hosts: list[HostView]) -> Iterator[Metric]:
+def _cost(hosts: list[MachineView]) -> Iterator[Metric]:
     dph = _gauge("vastmgr_host_cost_dollars_per_hour",
                  "What the machine bills now ($/h; 0 while not billed)", ["host"])
     spent = CounterMetricFamily("vastmgr_host_spent_dollars",
@@ -118,7 +118,7 @@ def _cost(hosts: list[HostView]) -> Iterator[Metric]:
         yield limit
 
 
-def _upstream(hosts: list[HostView]) -> Iterator[Metric]:
+def _upstream(hosts: list[MachineView]) -> Iterator[Metric]:
     present = _gauge("vastmgr_upstream_lie", "1 while the upstream daemon's latest snapshot "
                      "shows this kind of contradiction", ["host", "code"])
     episodes = CounterMetricFamily(

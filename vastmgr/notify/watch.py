@@ -9,14 +9,14 @@ import time
 from django.conf import settings
 
 from vastmgr.fleet.models import Event
-from vastmgr.front.readmodel import HostView, load_hosts
+from vastmgr.front.readmodel import MachineView, load_machines
 
 OVER_BUDGET = "over_budget"
 UPSTREAM_LIE = "upstream_lie"
 
 
 def check(now: float | None = None) -> list[Event]:
-    hosts = load_hosts(now or time.time())
+    hosts = load_machines(now or time.time())
     return [*_budget(hosts), *_lies(hosts)]
 
 
@@ -25,7 +25,7 @@ def _latest_budget_alert() -> Event | None:
             .order_by("-time", "-id").first())
 
 
-def _budget(hosts: list[HostView]) -> list[Event]:
+def _budget(hosts: list[MachineView]) -> list[Event]:
     """One alert when the running $/h crosses the budget, one when it is back under."""
     budget = settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR
     if budget is None:
@@ -43,7 +43,7 @@ def _budget(hosts: list[HostView]) -> list[Event]:
                                "budget": budget})]
 
 
-def _lies(hosts: list[HostView]) -> list[Event]:
+def _lies(hosts: list[MachineView]) -> list[Event]:
     """One alert per episode of each kind of lie on each host (an episode: it appeared)."""
     found = []
     for h in hosts:

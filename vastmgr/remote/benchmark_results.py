@@ -10,7 +10,7 @@ from vastmgr.instances.models import Instance
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.remote import ssh_loop as background
 from vastmgr.remote import vast
-from vastmgr.remote.models import HostPerf
+from vastmgr.remote.models import MachinePerf
 
 
 def after_benchmark(instance_pk: int, rate: float, passed: bool) -> None:
@@ -49,5 +49,5 @@ async def _record_perf(client: vast.VastClient, machine: Machine | None, vast_id
             return
         facts = (int(found["machine_id"]), str(found.get("gpu_name") or ""),
                  int(found.get("num_gpus") or 0))
-    await sync_to_async(HostPerf.record)(provider_machine_id=facts[0], gpu_name=facts[1],
+    await sync_to_async(MachinePerf.record)(provider_machine_id=facts[0], gpu_name=facts[1],
                                          gpu_count=facts[2], rate=rate)

@@ -26,7 +26,7 @@ class SecretTextarea(forms.Textarea):
         return None
 
 
-class AddHostForm(forms.Form):
+class AddMachineForm(forms.Form):
     name = forms.SlugField(max_length=100)
     host = forms.CharField(max_length=255)
     ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
@@ -183,7 +183,7 @@ class ErrorMessage:
                          else str(error) for name, errors in errors.items() for error in errors)
 
 
-class BadHostForm(ErrorMessage, forms.Form):
+class BadMachineForm(ErrorMessage, forms.Form):
     provider_machine_id = forms.IntegerField(min_value=0, max_value=MAX_ID,
                                              label="Vast machine id")
     reason = forms.CharField(max_length=500, strip=True)

@@ -13,7 +13,7 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import alerts, vast
 from vastmgr.remote.config import RemoteSettings
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost
+from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine
 
 MANAGED = (Machine.Provider.SSH, Machine.Provider.VAST)
 # A crashed engine is restarted at most this many times per window; then an operator acts.
@@ -80,7 +80,7 @@ def vast_down(settings: RemoteSettings, now: datetime) -> list[Verdict]:
     such an instance bills for its disk and rarely recovers. Reconcile sets `vast_down_since`."""
     limit = timedelta(minutes=settings.vast_down_grace_min)
     verdicts = []
-    for remote in RemoteHost.objects.filter(
+    for remote in RemoteMachine.objects.filter(
             machine__provider=Machine.Provider.VAST, vast_down_since__isnull=False).exclude(
             machine__state=Machine.State.KILLED).select_related("machine"):
         assert remote.vast_down_since is not None  # the filter above
@@ -99,7 +99,7 @@ def offline(settings: RemoteSettings, now: datetime) -> list[alerts.Alert]:
     threshold = now - timedelta(minutes=settings.offline_alert_min)
     for machine in Machine.objects.filter(provider__in=MANAGED, state=Machine.State.RUNNING,
                                           enabled=True):
-        remote = RemoteHost.for_machine(machine)
+        remote = RemoteMachine.for_machine(machine)
         seen = machine.last_seen or state_since(machine)
         if seen >= threshold:
             if remote.offline_alerted_at:
@@ -150,9 +150,9 @@ def judge_benchmark(machine: Machine, rate: float, settings: RemoteSettings
     machine.bench_rate = rate
     machine.save(update_fields=["bench_rate", "updated"])
     if machine.gpu_name:
-        HostPerf.record(provider_machine_id=machine.vast_machine_id, gpu_name=machine.gpu_name,
+        MachinePerf.record(provider_machine_id=machine.vast_machine_id, gpu_name=machine.gpu_name,
                         gpu_count=machine.gpu_count, rate=rate)
-    remote = RemoteHost.objects.filter(machine=machine).first()
+    remote = RemoteMachine.objects.filter(machine=machine).first()
     # A rent may have asked for more (or less) than the configured minimum.
     minimum = remote.min_bench_rate if remote and remote.min_bench_rate else \
         settings.min_bench_rate
@@ -161,7 +161,7 @@ def judge_benchmark(machine: Machine, rate: float, settings: RemoteSettings
         return None
     reason = f"benchmark {rate:.1f} proofs/h is below the minimum {minimum:g}"
     if machine.vast_machine_id is not None:
-        BadHost.flag(machine.vast_machine_id, reason, machine=machine)
+        BadMachine.flag(machine.vast_machine_id, reason, machine=machine)
     return alerts.Alert("bad_benchmark", f"{machine.name}: {reason}", machine.pk,
                         {"rate": rate, "minimum": minimum})
 

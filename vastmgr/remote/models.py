@@ -58,7 +58,7 @@ class Secret(models.Model):
         return cls.objects.filter(name=name).exists()
 
 
-class RemoteHost(models.Model):
+class RemoteMachine(models.Model):
     """What the remote app knows about a machine beyond the fleet's own columns."""
 
     machine = models.OneToOneField(Machine, on_delete=models.CASCADE, related_name="remote")
@@ -127,7 +127,7 @@ class RemoteHost(models.Model):
         return (price * hours).quantize(Decimal("0.0001"))
 
     @classmethod
-    def for_machine(cls, machine: Machine) -> "RemoteHost":
+    def for_machine(cls, machine: Machine) -> "RemoteMachine":
         remote, _ = cls.objects.get_or_create(machine=machine)
         return remote
 
@@ -216,7 +216,7 @@ class UnmanagedInstance(models.Model):
         return f"unmanaged Vast instance {self.instance_id}"
 
 
-class BadHost(models.Model):
+class BadMachine(models.Model):
     """A provider machine that failed us (slow benchmark, broken install): never rent it again."""
 
     provider = models.CharField(max_length=10, choices=Machine.Provider.choices,
@@ -235,7 +235,7 @@ class BadHost(models.Model):
 
     @classmethod
     def flag(cls, provider_machine_id: int, reason: str, *, machine=None,
-             provider=Machine.Provider.VAST) -> "BadHost":
+             provider=Machine.Provider.VAST) -> "BadMachine":
         bad, created = cls.objects.get_or_create(
             provider=provider, provider_machine_id=provider_machine_id,
             defaults={"reason": reason},
@@ -254,7 +254,7 @@ class BadHost(models.Model):
         self.delete()
 
 
-class HostPerf(models.Model):
+class MachinePerf(models.Model):
     """Best benchmark seen per provider machine and GPU set; feeds the price-per-proof estimate."""
 
     provider_machine_id = models.BigIntegerField(null=True, blank=True)

@@ -32,7 +32,7 @@ from vastmgr.lib.errors import ProvisionError, SSHError, VerificationError
 from vastmgr.proofs.verify import reverify
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import REVIVE_EVENT, REVIVE_TRIES, Automation, engines_to_revive
-from vastmgr.remote.models import RemoteHost
+from vastmgr.remote.models import RemoteMachine
 from vastmgr.remote.ssh import LinkPool, MachineLink
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -174,7 +174,7 @@ class Provisioner:
         return output
 
     async def _locate(self) -> None:
-        remote = await RemoteHost.objects.aget_or_create(machine_id=self.machine_id)
+        remote = await RemoteMachine.objects.aget_or_create(machine_id=self.machine_id)
         home = (await self._sh("connect", "pwd")).strip()
         self.relative = remote[0].remote_dir
         self.base = f"{home}/{self.relative}"
@@ -243,7 +243,7 @@ class Provisioner:
 
     async def _fail(self, message: str) -> None:
         await self._event(f"provisioning failed at {message}", Event.Level.ERROR)
-        await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(last_error=message)
+        await RemoteMachine.objects.filter(machine_id=self.machine_id).aupdate(last_error=message)
         machine = await self._machine()
         step_back: dict[str, str] = {Machine.State.PROVISIONING: Machine.State.REGISTERED,
                                      Machine.State.PARAMS_READY: Machine.State.PROVISIONING}
@@ -308,11 +308,11 @@ class Provisioner:
             raise ProvisionError("connect", str(exc), recorded=True) from None
         except ProvisionError as exc:
             await self._event(f"connection test failed: {exc}", Event.Level.ERROR, kind="ssh")
-            await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(
+            await RemoteMachine.objects.filter(machine_id=self.machine_id).aupdate(
                 last_error=str(exc))
             exc.recorded = True
             raise
-        await RemoteHost.objects.filter(machine_id=self.machine_id).aupdate(last_error="")
+        await RemoteMachine.objects.filter(machine_id=self.machine_id).aupdate(last_error="")
         return "SSH works and the host meets the requirements"
 
     async def install(self) -> None:
@@ -521,7 +521,7 @@ class Provisioner:
         return (await self.link.run(command, timeout=30)).stdout
 
 
-async def run_on_hosts(machine_ids: list[int], command: str, *, user: str,
+async def run_on_machines(machine_ids: list[int], command: str, *, user: str,
                        on_line: Callable[[int, str], Awaitable[None]],
                        pool: LinkPool | None = None, timeout: float = 600) -> dict[int, int]:
     """Run one command on many hosts at once, streaming each line tagged with its machine;

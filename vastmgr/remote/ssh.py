@@ -23,7 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.lib.errors import HostKeyChanged, SecretUnavailable, SSHAuthFailed, SSHError
-from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.models import RemoteMachine, Secret
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def load_target(machine: Machine) -> SSHTarget:
     """Everything needed to connect, read from the database (sync: call it off the event loop)."""
     if not machine.host:
         raise SSHError(f"{machine.name}: no SSH host is set")
-    remote = RemoteHost.for_machine(machine)
+    remote = RemoteMachine.for_machine(machine)
     try:
         if remote.key_file:
             key = asyncssh.read_private_key(Path(remote.key_file).expanduser())
@@ -89,14 +89,14 @@ def _record_failure(machine_id: int, message: str, kind: str) -> None:
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is None:
         return
-    first = RemoteHost.objects.filter(machine=machine).exclude(
+    first = RemoteMachine.objects.filter(machine=machine).exclude(
         last_error__startswith=message).update(last_error=message)
-    if first or not RemoteHost.objects.filter(machine=machine).exists():
+    if first or not RemoteMachine.objects.filter(machine=machine).exists():
         Event.record(kind, message, machine=machine, level=Event.Level.ERROR)
 
 
 def _record_next_attempt(machine_id: int, message: str) -> None:
-    RemoteHost.objects.filter(machine_id=machine_id).update(last_error=message)
+    RemoteMachine.objects.filter(machine_id=machine_id).update(last_error=message)
 
 
 def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
@@ -104,7 +104,7 @@ def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
     machine = Machine.objects.filter(pk=machine_id).first()
     if machine is None:
         return
-    if RemoteHost.objects.filter(machine=machine).exclude(last_error="").update(last_error=""):
+    if RemoteMachine.objects.filter(machine=machine).exclude(last_error="").update(last_error=""):
         Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
                             f"attempt(s) over {seconds:.0f} s", machine=machine,
                      data={"attempts": attempts, "seconds": round(seconds, 1)})

@@ -5,8 +5,8 @@ from vastmgr.remote import views
 app_name = "remote"
 
 urlpatterns = [
-    path("hosts/add/", views.add_host, name="add_host"),
-    path("hosts/command/", views.run_command, name="command"),
+    path("machines/add/", views.add_machine, name="add_machine"),
+    path("machines/command/", views.run_command, name="command"),
     path("machines/<int:pk>/", views.machine_detail, name="machine"),
     path("machines/<int:pk>/events/", views.machine_events, name="machine_events"),
     path("machines/<int:pk>/log/", views.machine_log, name="machine_log"),
@@ -15,6 +15,6 @@ urlpatterns = [
     path("offers/api-key/", views.set_api_key, name="set_api_key"),
     path("offers/rent/", views.rent_offers, name="rent"),
     path("offers/ignore/", views.ignore_offers, name="ignore_offers"),
-    path("bad-hosts/", views.bad_hosts, name="bad_hosts"),
-    path("bad-hosts/<int:pk>/unmark/", views.unmark_bad_host, name="unmark_bad_host"),
+    path("bad-machines/", views.bad_machines, name="bad_machines"),
+    path("bad-machines/<int:pk>/unmark/", views.unmark_bad_machine, name="unmark_bad_machine"),
 ]

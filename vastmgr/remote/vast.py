@@ -35,7 +35,14 @@ from vastmgr.instances.models import SECRET_ENV, DeploySecret
 from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.remote import alerts
 from vastmgr.remote.config import RemoteSettings, parse_env
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance, VastSync
+from vastmgr.remote.models import (
+    BadMachine,
+    MachinePerf,
+    RemoteMachine,
+    Secret,
+    UnmanagedInstance,
+    VastSync,
+)
 
 RETRY_STATUSES = {429, 502, 503, 504}
 PAGE_LIMIT = 25  # the v1 instance list returns at most 25 rows per page
@@ -372,7 +379,7 @@ def ssh_endpoint(instance: dict) -> tuple[str, int] | None:
 
 def annotate_offers(offers: list[dict]) -> list[dict]:
     """Add bad-host flags and our price-per-proof estimate from recorded benchmarks."""
-    bad = {b.provider_machine_id: b for b in BadHost.objects.filter(
+    bad = {b.provider_machine_id: b for b in BadMachine.objects.filter(
         provider=Machine.Provider.VAST)}
     annotated = []
     for offer in offers:
@@ -415,11 +422,11 @@ def known_perf_grade(rate: float) -> str:
 
 def estimate_rate(machine_id, gpu_name: str, gpu_count: int) -> tuple[float | None, str]:
     """Proofs per hour: this machine's best benchmark, else the mean for the same GPU set."""
-    exact = HostPerf.objects.filter(provider_machine_id=machine_id, gpu_name=gpu_name,
+    exact = MachinePerf.objects.filter(provider_machine_id=machine_id, gpu_name=gpu_name,
                                     gpu_count=gpu_count).first()
     if exact:
         return exact.proofs_per_hour, THIS_MACHINE
-    similar = list(HostPerf.objects.filter(gpu_name=gpu_name, gpu_count=gpu_count)
+    similar = list(MachinePerf.objects.filter(gpu_name=gpu_name, gpu_count=gpu_count)
                    .values_list("proofs_per_hour", flat=True))
     if similar:
         return sum(similar) / len(similar), f"{len(similar)} similar hosts"
@@ -491,7 +498,7 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
     response was lost is found by its label (here, or by the next reconcile) and never bills
     unseen.
     """
-    if request.machine_id is not None and await BadHost.objects.filter(
+    if request.machine_id is not None and await BadMachine.objects.filter(
             provider=Machine.Provider.VAST, provider_machine_id=request.machine_id).aexists():
         raise VastError(f"Vast machine {request.machine_id} is on the bad-hosts list")
     key = asyncssh.generate_private_key("ssh-ed25519")
@@ -529,7 +536,7 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
             engine_flavour=request.deployment.flavour,
             **({"engine_port": UPSTREAM_STATUS_PORT} if request.deployment.upstream else {}),
         )
-        remote = RemoteHost.objects.create(machine=machine, vast_label=label,
+        remote = RemoteMachine.objects.create(machine=machine, vast_label=label,
                                            min_bench_rate=request.min_bench_rate)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
         what = f" (image {request.deployment.image})" if request.deployment.upstream else ""
@@ -582,7 +589,7 @@ def _attach_instance(machine_id: int, instance_id: int, request: RentRequest | N
             machine.name = name
             fields.append("name")
         machine.save(update_fields=fields)
-        RemoteHost.objects.filter(machine=machine, billing_started__isnull=True).update(
+        RemoteMachine.objects.filter(machine=machine, billing_started__isnull=True).update(
             billing_started=timezone.now())
         offer = f"offer {request.offer_id}" if request else "a lost create"
         Event.record("vast", f"rented {offer} as instance {instance_id}", machine=machine,
@@ -605,7 +612,7 @@ VAST_FACTS = ("gpu_name", "num_gpus", "gpu_ram", "gpu_util", "gpu_temp", "cpu_ra
 def _apply_facts(machine: Machine, instance: dict, listed_at: datetime) -> None:
     """Keep the instance's hardware facts as listed; a value Vast did not send stays absent."""
     facts = {key: instance[key] for key in VAST_FACTS if instance.get(key) is not None}
-    RemoteHost.objects.filter(machine=machine).update(vast_facts=facts, vast_seen_at=listed_at)
+    RemoteMachine.objects.filter(machine=machine).update(vast_facts=facts, vast_seen_at=listed_at)
 
 
 def _apply_instance(machine: Machine, instance: dict) -> None:
@@ -625,7 +632,7 @@ def _apply_instance(machine: Machine, instance: dict) -> None:
 
 def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
     """Record `actual_status`; an instance that went down marks its machine and alerts once."""
-    remote = RemoteHost.for_machine(machine)
+    remote = RemoteMachine.for_machine(machine)
     status = instance.get("actual_status") or ""
     down = status != "running" and status not in STARTING_STATUSES
     found = []
@@ -778,7 +785,7 @@ def _orphan_survived(instance_id: int, exc: VastError) -> None:
 
 
 def end_billing(machine: Machine) -> None:
-    RemoteHost.objects.filter(machine=machine, billing_ended__isnull=True).update(
+    RemoteMachine.objects.filter(machine=machine, billing_ended__isnull=True).update(
         billing_ended=timezone.now())
 
 

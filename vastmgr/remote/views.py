@@ -28,9 +28,9 @@ from vastmgr.remote.actions import ACTIONS, LAUNCHED, offered, why_not
 from vastmgr.remote.config import RemoteSettings, parse_env
 from vastmgr.remote.forms import (
     MAX_BULK_RENT,
-    AddHostForm,
+    AddMachineForm,
     ApiKeyForm,
-    BadHostForm,
+    BadMachineForm,
     BulkIgnoreForm,
     CommandForm,
     OfferSearchForm,
@@ -38,8 +38,8 @@ from vastmgr.remote.forms import (
     masked_env,
     min_bench_rate,
 )
-from vastmgr.remote.models import BadHost, RemoteHost, RentPreference, Secret, VastSync
-from vastmgr.remote.provision import Provisioner, run_on_hosts
+from vastmgr.remote.models import BadMachine, RemoteMachine, RentPreference, Secret, VastSync
+from vastmgr.remote.provision import Provisioner, run_on_machines
 from vastmgr.remote.tunnel import has_engine
 
 # A page waits this long for a host, connecting included; then it says so.
@@ -54,18 +54,18 @@ ENGINE_STOP_TIMEOUT_S = 90
 
 
 @staff_member_required
-def add_host(request: AuthenticatedHttpRequest) -> HttpResponse:
-    form = AddHostForm(request.POST or None)
+def add_machine(request: AuthenticatedHttpRequest) -> HttpResponse:
+    form = AddMachineForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        machine = add_ssh_host(form.cleaned_data, request.user)
+        machine = add_ssh_machine(form.cleaned_data, request.user)
         if request.POST.get("then") == "test":
             _test_connection(request, machine)
         return redirect("remote:machine", machine.pk)
-    return render(request, "remote/add_host.html", {"form": form})
+    return render(request, "remote/add_machine.html", {"form": form})
 
 
-def add_ssh_host(data: dict, user: User) -> Machine:
-    """The machine and its remote row from AddHostForm's cleaned data (the page and the API)."""
+def add_ssh_machine(data: dict, user: User) -> Machine:
+    """The machine and its remote row from AddMachineForm's cleaned data (the page and the API)."""
     with transaction.atomic():
         # A destroyed machine keeps its rows and history under a name of its own.
         for old in Machine.objects.filter(name=data["name"], state=Machine.State.KILLED):
@@ -76,7 +76,7 @@ def add_ssh_host(data: dict, user: User) -> Machine:
             ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
             engine_port=data["engine_port"], price_per_hour=data["price_per_hour"],
             engine_flavour=data["engine_flavour"])
-        remote = RemoteHost.objects.create(machine=machine, key_file=data["key_file"].strip(),
+        remote = RemoteMachine.objects.create(machine=machine, key_file=data["key_file"].strip(),
                                            billing_started=machine.created)
         if data["private_key"].strip():
             Secret.store(remote.ssh_key_secret_name, data["private_key"])
@@ -109,7 +109,7 @@ def _test_connection(request: AuthenticatedHttpRequest, machine: Machine) -> Non
 
 def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
-    remote = RemoteHost.for_machine(machine)
+    remote = RemoteMachine.for_machine(machine)
     return render(request, "remote/machine.html", {
         "machine": machine, "remote": remote, "spent": remote.spent(),
         "events": machine.events.all()[:100], "actions": offered(machine),
@@ -258,7 +258,7 @@ def run_command(request: AuthenticatedHttpRequest) -> HttpResponse:
             del output[machine_id][:-COMMAND_OUTPUT_LINES]
         timeout = form.cleaned_data["timeout"]
         try:
-            statuses = background.run(lambda: run_on_hosts(
+            statuses = background.run(lambda: run_on_machines(
                 [m.pk for m in machines], form.cleaned_data["command"],
                 user=request.user.get_username(), on_line=on_line, pool=background.pool,
                 timeout=timeout), timeout + 10)  # each host's own bound, then the audit Event
@@ -393,33 +393,33 @@ def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
     return async_to_sync(vast.rent)(client, request)
 
 
-def bad_hosts(request: AuthenticatedHttpRequest) -> HttpResponse:
+def bad_machines(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The bad-hosts list; staff add (POST) with a reason."""
-    form = BadHostForm(request.POST or None)
+    form = BadMachineForm(request.POST or None)
     if request.method == "POST":
         if not request.user.is_staff:
             return HttpResponseForbidden("Only staff can mark hosts bad.",
                                          content_type="text/plain; charset=utf-8")
         if form.is_valid():
             data = form.cleaned_data
-            BadHost.flag(data["provider_machine_id"],
+            BadMachine.flag(data["provider_machine_id"],
                          f"{data['reason']} (by {request.user.get_username()})")
             messages.info(request, f"Vast machine {data['provider_machine_id']} marked bad: "
                                    "its offers are refused")
-            return redirect("remote:bad_hosts")
-    return render(request, "remote/bad_hosts.html", {
-        "form": form, "bad_hosts": BadHost.objects.all(),
+            return redirect("remote:bad_machines")
+    return render(request, "remote/bad_machines.html", {
+        "form": form, "bad_machines": BadMachine.objects.all(),
     }, status=400 if form.is_bound and form.errors else 200)
 
 
 @staff_member_required
 @require_POST
-def unmark_bad_host(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    bad = get_object_or_404(BadHost, pk=pk)
+def unmark_bad_machine(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    bad = get_object_or_404(BadMachine, pk=pk)
     bad.unmark(by=request.user.get_username())
     messages.info(request, f"{bad.provider} machine {bad.provider_machine_id} is no longer "
                            "marked bad")
-    return _back(request, reverse("remote:bad_hosts"))
+    return _back(request, reverse("remote:bad_machines"))
 
 
 @staff_member_required
@@ -432,7 +432,7 @@ def ignore_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
                                       content_type="text/plain; charset=utf-8")
     reason = f"{form.cleaned_data['reason']} (by {request.user.get_username()})"
     for machine_id in form.cleaned_data["machine_ids"]:
-        BadHost.flag(machine_id, reason)
+        BadMachine.flag(machine_id, reason)
     count = len(form.cleaned_data["machine_ids"])
     messages.info(request, f"{count} Vast machine{'s' if count != 1 else ''} marked bad")
     return _back(request, reverse("remote:offers"))

@@ -45,7 +45,7 @@ from django.utils import timezone
 from devtools.browser_probe import BrowserProbe
 from devtools.loadgen import RemoteLoadGenerator, ViewerLog
 from vastmgr.controller.management.commands.run_fleet import uses_leases, uses_shared_layer
-from vastmgr.fleet.models import HostLease, HostStatus, Machine
+from vastmgr.fleet.models import Machine, MachineLease, MachineStatus
 from vastmgr.front.fleet_table import FleetTableForm
 
 SETTLE_SECONDS = 5.0
@@ -306,14 +306,14 @@ class Command(BaseCommand):
         while time.monotonic() < started + CONNECT_TIMEOUT:
             if controllers > 1:
                 shares = await asyncio.to_thread(lambda: sorted(
-                    HostLease.objects.filter(machine_id__in=ids, expires__gt=timezone.now())
+                    MachineLease.objects.filter(machine_id__in=ids, expires__gt=timezone.now())
                     .exclude(owner="").values("owner").annotate(n=Count("pk"))
                     .values_list("n", flat=True)))
                 if len(shares) != controllers or sum(shares) != len(ids):
                     settled_at = timezone.now()
                     await asyncio.sleep(0.5)
                     continue
-            live = await asyncio.to_thread(HostStatus.objects.filter(
+            live = await asyncio.to_thread(MachineStatus.objects.filter(
                 machine_id__in=ids, connected=True, updated__gt=settled_at).count)
             if live == len(ids):
                 self.stdout.write(f"all {len(ids)} hosts connected after "
@@ -327,7 +327,7 @@ class Command(BaseCommand):
         """SIGKILL the first controller; wait until a survivor has written each of its hosts."""
         victim = fleet[0]
         owners = await asyncio.to_thread(lambda: dict(
-            HostLease.objects.filter(machine_id__in=ids).values_list("machine_id", "owner")))
+            MachineLease.objects.filter(machine_id__in=ids).values_list("machine_id", "owner")))
         orphaned = [machine_id for machine_id, owner in owners.items()
                     if owner.endswith(f"-{victim.pid}")]
         killed_at = timezone.now()
@@ -335,7 +335,7 @@ class Command(BaseCommand):
         victim.kill()
         victim.wait()
         while True:
-            written = await asyncio.to_thread(lambda: HostStatus.objects.filter(
+            written = await asyncio.to_thread(lambda: MachineStatus.objects.filter(
                 machine_id__in=orphaned, connected=True, updated__gt=killed_at).count())
             if written == len(orphaned):
                 break

@@ -11,7 +11,7 @@ from vastmgr.api.models import ApiToken
 from vastmgr.fleet.models import Machine
 from vastmgr.instances.models import Instance, LogLine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import RemoteHost
+from vastmgr.remote.models import RemoteMachine
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def call(client, method: str, path: str, token: str | None = None, body: dict | 
 @pytest.fixture
 def ssh_host(db) -> Machine:
     machine = Machine.objects.create(name="gpu-1", provider=Machine.Provider.SSH, host="10.0.0.9")
-    RemoteHost.objects.create(machine=machine)
+    RemoteMachine.objects.create(machine=machine)
     return machine
 
 
@@ -175,7 +175,7 @@ def test_vast_manager_dashboard_fields(client, tokens):
         (200, {"ok": True})
     instance.refresh_from_db()
     assert (instance.state, instance.kill_reason) == ("killed", "manually killed via UI")
-    assert code == 200 and set(body) == {"instances", "bad_hosts", "summary", "updated_at",
+    assert code == 200 and set(body) == {"instances", "bad_machines", "summary", "updated_at",
                                          "vast_cache_age_s"}
     assert set(body["summary"]) == {"total", "running", "benching", "fetching", "loading",
                                     "killed", "total_dph", "total_proofs_hour",

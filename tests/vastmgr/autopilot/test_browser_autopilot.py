@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from devtools.fake_vast import FakeVast
-from tests.vastmgr import live_engine, test_browser
-from tests.vastmgr.test_browser import log_in, running_stack, screenshot
+from tests.vastmgr import live_engine
+from tests.vastmgr.browser import test_browser
+from tests.vastmgr.browser.test_browser import log_in, running_stack, screenshot
 
 from .conftest import API_KEY
 

@@ -9,12 +9,12 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from vastmgr.autopilot.models import Autopilot, ManagedHost, Proposal
+from vastmgr.autopilot.models import Autopilot, ManagedMachine, Proposal
 from vastmgr.autopilot.pilot import LEASE_S, Pilot, approve
 from vastmgr.autopilot.planner import Action, Decision
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import BadHost, HostPerf
+from vastmgr.remote.models import BadMachine, MachinePerf
 
 from .conftest import Clock
 
@@ -23,8 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def market(fake_vast):
-    """Three offers; the 4090s have bench history (HostPerf), the 3090 none."""
-    HostPerf.record(provider_machine_id=1, gpu_name="RTX 4090", gpu_count=1, rate=140.0)
+    """Three offers; the 4090s have bench history (MachinePerf), the 3090 none."""
+    MachinePerf.record(provider_machine_id=1, gpu_name="RTX 4090", gpu_count=1, rate=140.0)
     return [fake_vast.add_offer(gpu_name="RTX 4090", dph_base=0.30, storage_cost=0.1),
             fake_vast.add_offer(gpu_name="RTX 4090", dph_base=0.45, storage_cost=0.1),
             fake_vast.add_offer(gpu_name="RTX 3090", dph_base=0.15, storage_cost=0.1)]
@@ -79,7 +79,7 @@ async def test_one_click_approval_rents_through_the_label_rule(
     assert done is not None and done.status == Proposal.Status.DONE, done.outcome
     [instance] = fake_vast.instances.values()
     assert instance["label"].startswith("vastmgr-")
-    managed = await ManagedHost.objects.select_related("machine").aget()
+    managed = await ManagedMachine.objects.select_related("machine").aget()
     assert managed.machine.vast_instance_id == instance["id"]
     assert managed.offer_id == market[0]["id"]
     last = (await sync_to_async(autopilot_events)())[-1]
@@ -96,7 +96,7 @@ async def test_a_lost_create_answer_is_adopted_by_label_never_retried(
     done = await approve((await Proposal.objects.aget()).pk, admin, client)
     assert done is not None and done.status == Proposal.Status.DONE, done.outcome
     assert creates(fake_vast) == 1 and len(fake_vast.instances) == 1
-    assert await ManagedHost.objects.acount() == 1
+    assert await ManagedMachine.objects.acount() == 1
 
 
 async def test_acting_alone_rents_and_every_action_is_an_explained_event(
@@ -146,7 +146,7 @@ def _managed(fake_vast, *, state=Machine.State.RUNNING, rented_ago=timedelta(hou
         if machine.state == state:
             break
         machine.transition(step)
-    ManagedHost.objects.create(machine=machine, offer_id=1,
+    ManagedMachine.objects.create(machine=machine, offer_id=1,
                                rented_at=timezone.now() - rented_ago)
     return machine, instance_id
 
@@ -160,7 +160,7 @@ async def test_a_host_with_work_in_flight_is_drained_not_destroyed(client, fake_
     ok, outcome = await Pilot(client).carry_out(destroy, by=None)
     assert ok and "drained instead" in outcome
     assert instance_id in fake_vast.instances
-    assert (await ManagedHost.objects.aget(machine=machine)).draining
+    assert (await ManagedMachine.objects.aget(machine=machine)).draining
     await ProofJob.objects.filter(machine=machine).aupdate(status=ProofJob.Status.DONE)
     ok, outcome = await Pilot(client).carry_out(destroy, by=None)
     assert ok and outcome == "destroyed" and instance_id not in fake_vast.instances
@@ -174,7 +174,7 @@ async def test_a_host_that_never_comes_up_is_destroyed_and_its_machine_marked_ba
     await sync_to_async(lambda: Autopilot.current().set_mode(Autopilot.Mode.ACT))()
     await Pilot(client).tick()
     assert instance_id not in fake_vast.instances
-    assert await BadHost.objects.filter(provider_machine_id=777).aexists()
+    assert await BadMachine.objects.filter(provider_machine_id=777).aexists()
     explained = [e for e in await sync_to_async(autopilot_events)() if "did:" in e.message]
     assert "not proving after 120 min" in explained[0].message
     assert "measured pipeline 15.0 min + margin 10 min" in explained[0].message

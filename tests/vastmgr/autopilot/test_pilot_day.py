@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 
-from vastmgr.autopilot.models import Autopilot, ManagedHost
+from vastmgr.autopilot.models import Autopilot, ManagedMachine
 from vastmgr.autopilot.pilot import Pilot
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import HostPerf
+from vastmgr.remote.models import MachinePerf
 
 from .conftest import Clock
 
@@ -22,7 +22,7 @@ BURST = 300
 
 
 def _setup(fake_vast, now):
-    HostPerf.record(provider_machine_id=1, gpu_name="RTX 4090", gpu_count=1, rate=140.0)
+    MachinePerf.record(provider_machine_id=1, gpu_name="RTX 4090", gpu_count=1, rate=140.0)
     for price in (0.30, 0.33, 0.36, 0.40, 0.45):
         fake_vast.add_offer(gpu_name="RTX 4090", dph_base=price, storage_cost=0.1)
     fake_vast.add_offer(gpu_name="H100 SXM", dph_base=2.10, storage_cost=0.1)
@@ -55,7 +55,7 @@ async def test_a_burst_rents_within_the_caps_and_every_host_is_released_after(
     assert rented >= 2, plan.to_json()
     assert plan.spend_after_per_hour <= 1.2 and plan.hosts_after <= 4
     assert all(i["gpu_name"] == "RTX 4090" for i in fake_vast.instances.values())
-    assert await ManagedHost.objects.acount() == rented
+    assert await ManagedMachine.objects.acount() == rented
 
     clock.at += timedelta(minutes=8)
     await sync_to_async(_hosts_come_up_and_prove)(clock.at)

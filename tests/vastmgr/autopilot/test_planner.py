@@ -4,9 +4,9 @@ from devtools.autopilot_day import WORK, rates_from
 from vastmgr.autopilot.planner import (
     Action,
     Host,
-    HostPhase,
     KindWork,
     Limits,
+    MachinePhase,
     Offer,
     Snapshot,
     estimate_offer,
@@ -25,7 +25,7 @@ def offer(offer_id: int, price: float, porep_per_h: float, *, machine: int | Non
                  price, rates_from(porep_per_h), measured)
 
 
-def host(machine_id: int, *, phase=HostPhase.PROVING, price=0.3, rate=100.0, in_flight=0,
+def host(machine_id: int, *, phase=MachinePhase.PROVING, price=0.3, rate=100.0, in_flight=0,
          age_s=3600.0, idle_s=0.0, managed=True) -> Host:
     return Host(machine_id, f"host-{machine_id}", phase, price, rates_from(rate), in_flight,
                 age_s, idle_s, managed)
@@ -92,7 +92,7 @@ def test_max_rents_per_hour_counts_the_rents_of_the_last_hour():
 
 
 def test_a_bad_host_is_never_rented():
-    result = plan(snapshot([porep(400)], [host(1)], MARKET, bad_hosts=frozenset({1002})))
+    result = plan(snapshot([porep(400)], [host(1)], MARKET, bad_machines=frozenset({1002})))
     rented = {d.offer_id for d in actions(result, Action.RENT)}
     assert rented and 2 not in rented
 
@@ -133,10 +133,10 @@ def test_a_host_with_work_in_flight_is_drained_never_destroyed():
     drained = actions(result, Action.DRAIN)
     assert [d.machine_id for d in drained] == [1]  # the dearer per proof
     # While its work is in flight it stays draining; once done, it is destroyed.
-    draining = host(1, phase=HostPhase.DRAINING, in_flight=1)
+    draining = host(1, phase=MachinePhase.DRAINING, in_flight=1)
     assert not actions(plan(snapshot([porep(2)], [draining, hosts[1]], MARKET)),
                        Action.DESTROY)
-    done = host(1, phase=HostPhase.DRAINING, in_flight=0)
+    done = host(1, phase=MachinePhase.DRAINING, in_flight=0)
     destroyed = actions(plan(snapshot([porep(1)], [done, hosts[1]], MARKET)), Action.DESTROY)
     assert [d.machine_id for d in destroyed] == [1] and not destroyed[0].scaling
 
@@ -148,26 +148,26 @@ def test_an_idle_host_is_kept_at_least_one_pipeline_time():
 
 
 def test_a_host_not_proving_after_its_pipeline_and_margin_is_destroyed_and_marked_bad():
-    starting = host(1, phase=HostPhase.STARTING, age_s=PIPELINE_S + 599)
+    starting = host(1, phase=MachinePhase.STARTING, age_s=PIPELINE_S + 599)
     assert not actions(plan(snapshot([], [starting], MARKET)), Action.DESTROY)
-    stuck = host(1, phase=HostPhase.STARTING, age_s=PIPELINE_S + 601)
+    stuck = host(1, phase=MachinePhase.STARTING, age_s=PIPELINE_S + 601)
     destroyed = actions(plan(snapshot([], [stuck], MARKET)), Action.DESTROY)
     assert len(destroyed) == 1 and destroyed[0].mark_bad
     assert "measured pipeline 10.0 min + margin 10 min" in destroyed[0].reasons[0]
     # An operator's own host is never touched.
-    theirs = host(1, phase=HostPhase.STARTING, age_s=99_999, managed=False)
+    theirs = host(1, phase=MachinePhase.STARTING, age_s=99_999, managed=False)
     assert not actions(plan(snapshot([], [theirs], MARKET)), Action.DESTROY)
 
 
 def test_a_draining_host_is_resumed_before_anything_is_rented():
-    draining = host(1, phase=HostPhase.DRAINING, in_flight=1)
+    draining = host(1, phase=MachinePhase.DRAINING, in_flight=1)
     result = plan(snapshot([porep(150)], [draining], MARKET))
     assert result.decisions[0].action == Action.RESUME
 
 
 def test_starting_hosts_count_so_a_backlog_is_not_rented_for_twice():
     first = plan(snapshot([porep(400)], [host(1)], MARKET))
-    started = [host(-d.offer_id, phase=HostPhase.STARTING, age_s=0, price=0.2)
+    started = [host(-d.offer_id, phase=MachinePhase.STARTING, age_s=0, price=0.2)
                for d in actions(first, Action.RENT)]
     again = plan(snapshot([porep(400)], [host(1), *started], MARKET))
     assert not actions(again, Action.RENT)
@@ -210,7 +210,7 @@ def test_an_idle_dear_floor_host_is_replaced_by_a_cheaper_one_before_it_goes():
     assert [d.offer_id for d in swap] == [2]  # the cheapest per hour, ≤ half of $0.9
     assert "released once the new host proves" in swap[0].reasons[-1]
     # While the replacement starts, the warm host stays; once it proves, the dear one goes.
-    new = host(2, phase=HostPhase.STARTING, age_s=60, price=0.2)
+    new = host(2, phase=MachinePhase.STARTING, age_s=60, price=0.2)
     assert not actions(plan(snapshot([], [dear, new], MARKET, limits)), Action.DESTROY)
     proving = host(2, price=0.2, idle_s=9999)
     gone = actions(plan(snapshot([], [dear, proving], MARKET, limits)), Action.DESTROY)

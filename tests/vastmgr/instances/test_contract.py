@@ -142,7 +142,7 @@ def test_register_params_bench_running(stack, fake, home, operator):
     row = status_of(home, first["uuid"])
     assert (row["state"], row["bench_rate"]) == ("bench_done", 61.5)
     # host_perf keeps the best rate per machine and GPU set.
-    perf = "SELECT proofs_per_hour FROM remote_hostperf WHERE provider_machine_id = 777 " \
+    perf = "SELECT proofs_per_hour FROM remote_machineperf WHERE provider_machine_id = 777 " \
            "AND gpu_name = 'RTX 4090' AND gpu_count = 2"
     eventually(lambda: stack.query(perf) == [(61.5,)], 30, "host perf not recorded")
     assert home.post("/running", {"uuid": first["uuid"]})[::2] == (200, {"ok": True})
@@ -182,7 +182,7 @@ def test_a_failed_benchmark_kills_and_destroys(stack, fake, home):
     eventually(lambda: vast_id not in fake.vast.instances, 30,
                "the failed instance was not destroyed on Vast")
     # Not a machine of ours: its host's performance came from Vast's record of the instance.
-    assert stack.query("SELECT proofs_per_hour FROM remote_hostperf WHERE "
+    assert stack.query("SELECT proofs_per_hour FROM remote_machineperf WHERE "
                        "provider_machine_id = ?", vast_machine) == [(12.25,)]
     assert home.post("/running", {"uuid": first["uuid"]}) == \
         (404, "application/json", {"error": "instance not found or already killed"})
@@ -294,7 +294,7 @@ def test_an_upstream_worker_rented_from_the_dialog_calls_home_and_its_machine_fo
     [(_, _, create, _)] = [r for r in fake.vast.requests
                            if r[0] == "PUT" and r[1] == "/api/v0/asks/5151/"]
     secret = create["env"].pop("VASTMGR_CALLHOME_SECRET")
-    min_rate = stack.query("SELECT min_bench_rate FROM remote_remotehost WHERE machine_id = ?",
+    min_rate = stack.query("SELECT min_bench_rate FROM remote_remotemachine WHERE machine_id = ?",
                            machine_pk)[0][0]
     assert create["env"] == {"PAVAIL": "pa-secret", "PAVAIL_SERVER": "192.0.2.7:22222",
                              "MIN_RATE": f"{min_rate:.1f}"}

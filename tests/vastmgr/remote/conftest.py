@@ -2,7 +2,7 @@ import asyncssh
 import pytest
 
 from vastmgr.fleet.models import Machine
-from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.models import RemoteMachine, Secret
 
 from .fake_host import FakeHost
 
@@ -26,7 +26,7 @@ def ssh_machine(fake_host, client_key):
     machine = Machine.objects.create(name="box-1", provider=Machine.Provider.SSH,
                                      host="127.0.0.1", ssh_port=fake_host.port,
                                      ssh_user="prover")
-    remote = RemoteHost.for_machine(machine)
+    remote = RemoteMachine.for_machine(machine)
     Secret.store(remote.ssh_key_secret_name, client_key.export_private_key().decode())
     return machine
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import eventually
-from tests.vastmgr.test_faults import ADMIN, PASSWORD, Stack
+from tests.vastmgr.served.test_faults import ADMIN, PASSWORD, Stack
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost
+from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine
 from vastmgr.remote.vast import OfferFilter, RentRequest, VastClient
 
 from .conftest import API_KEY
@@ -117,7 +117,7 @@ async def test_a_slow_benchmark_destroys_the_host_and_flags_it_in_offers(
     assert machine.state == Machine.State.KILLED and machine.bench_rate == 12.5
     assert "below the minimum 50" in machine.kill_reason
     assert machine.vast_instance_id not in fake_vast.instances
-    bad = await BadHost.objects.aget(provider_machine_id=31)
+    bad = await BadMachine.objects.aget(provider_machine_id=31)
     assert "12.5" in bad.reason
     assert [h["kind"] for h in webhook] == ["bad_benchmark"]
     # The same host offered again is flagged, and renting it is refused.
@@ -136,7 +136,7 @@ async def test_a_good_benchmark_passes_the_gate_and_feeds_the_estimate(fake_vast
     assert await Automation(settings(), vast_client=client).benchmark_done(machine.pk, 80.0)
 
     assert (await Machine.objects.aget(pk=machine.pk)).state == Machine.State.BENCHMARKED
-    perf = await HostPerf.objects.aget(provider_machine_id=32)
+    perf = await MachinePerf.objects.aget(provider_machine_id=32)
     assert perf.proofs_per_hour == 80.0
 
 
@@ -211,7 +211,7 @@ async def test_money_spent_is_price_times_billed_hours():
     machine = await Machine.objects.acreate(name="paid", host="10.0.0.6",
                                             price_per_hour=Decimal("0.5"))
     start = timezone.now()
-    remote = await RemoteHost.objects.acreate(machine=machine, billing_started=start)
+    remote = await RemoteMachine.objects.acreate(machine=machine, billing_started=start)
     remote.machine = machine
     assert remote.spent(now=start + timedelta(hours=2)) == Decimal("1.0000")
     remote.billing_ended = start + timedelta(minutes=30)

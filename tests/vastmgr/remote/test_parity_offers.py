@@ -16,7 +16,14 @@ from vastmgr.fleet.models import Machine
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import judge_benchmark
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, RentPreference, Secret, VastSync
+from vastmgr.remote.models import (
+    BadMachine,
+    MachinePerf,
+    RemoteMachine,
+    RentPreference,
+    Secret,
+    VastSync,
+)
 from vastmgr.remote.tunnel import has_engine
 
 from .conftest import API_KEY
@@ -46,8 +53,8 @@ def offer_rows(html: str) -> dict[int, str]:
 
 async def test_hide_bad_hosts_known_perf_and_the_bad_badge(market):
     _, offers = market
-    await sync_to_async(BadHost.flag)(502, "broken CUDA")
-    await HostPerf.objects.acreate(provider_machine_id=501, gpu_name="RTX 4090", gpu_count=1,
+    await sync_to_async(BadMachine.flag)(502, "broken CUDA")
+    await MachinePerf.objects.acreate(provider_machine_id=501, gpu_name="RTX 4090", gpu_count=1,
                                    proofs_per_hour=42.5)
     staff = await sync_to_async(logged_in)("ops")
     html = (await sync_to_async(staff.get)("/remote/offers/", {"gpu_name": "RTX 4090"})
@@ -56,7 +63,7 @@ async def test_hide_bad_hosts_known_perf_and_the_bad_badge(market):
     assert set(rows) == {o["id"] for o in offers}
     assert 'class="perf perf-good"' in rows[offers[0]["id"]] and "42.5 p/h" in rows[offers[0]["id"]]
     assert "perf-" not in rows[offers[2]["id"]]  # never benchmarked: no badge
-    bad = await BadHost.objects.aget(provider_machine_id=502)
+    bad = await BadMachine.objects.aget(provider_machine_id=502)
     assert f'data-bad-host="{bad.pk}"' in rows[offers[1]["id"]] and "broken CUDA" in rows[offers[1]["id"]]
     assert "rent-open" not in rows[offers[1]["id"]]  # a bad host cannot be rented
     hidden = (await sync_to_async(staff.get)("/remote/offers/", {"gpu_name": "RTX 4090",
@@ -70,7 +77,7 @@ async def test_bulk_ignore_marks_the_machines_bad(market):
     response = await sync_to_async(staff.post)("/remote/offers/ignore/", {
         "machine_ids": ["501", "503", "501"], "reason": "too far", "next": "/remote/offers/?x=1"})
     assert response.status_code == 302 and response.url == "/remote/offers/?x=1"
-    marked = {b.provider_machine_id: b.reason async for b in BadHost.objects.all()}
+    marked = {b.provider_machine_id: b.reason async for b in BadMachine.objects.all()}
     assert marked == {501: "too far (by ops)", 503: "too far (by ops)"}
     for bad in ({"machine_ids": ["x"], "reason": "r"}, {"reason": "r"},
                 {"machine_ids": ["1"], "reason": ""},
@@ -82,7 +89,7 @@ async def test_bulk_ignore_marks_the_machines_bad(market):
     response = await sync_to_async(viewer.post)("/remote/offers/ignore/",
                                                 {"machine_ids": ["502"], "reason": "r"})
     assert response.status_code == 302 and "/login/" in response.url
-    assert not await BadHost.objects.filter(provider_machine_id=502).aexists()
+    assert not await BadMachine.objects.filter(provider_machine_id=502).aexists()
 
 
 async def test_the_rent_dialog_sets_each_machines_minimum_rate_and_is_remembered(market, fake_host):
@@ -186,12 +193,12 @@ def test_the_benchmark_gate_uses_the_rate_the_rent_asked_for():
     settings = RemoteSettings(min_bench_rate=50)
     machine = Machine.objects.create(name="m", provider="vast", state="params_ready",
                                      vast_machine_id=9, gpu_name="RTX 4090", gpu_count=1)
-    RemoteHost.objects.create(machine=machine, min_bench_rate=63)
+    RemoteMachine.objects.create(machine=machine, min_bench_rate=63)
     alert = judge_benchmark(machine, 60.0, settings)  # above the global 50, below its 63
     assert alert is not None and "below the minimum 63" in alert.message
-    assert BadHost.objects.filter(provider_machine_id=9).exists()
+    assert BadMachine.objects.filter(provider_machine_id=9).exists()
     other = Machine.objects.create(name="n", provider="vast", state="params_ready")
-    RemoteHost.objects.create(machine=other)  # no rate asked: the configured one
+    RemoteMachine.objects.create(machine=other)  # no rate asked: the configured one
     assert judge_benchmark(other, 55.0, settings) is None
     other.refresh_from_db()
     assert other.state == Machine.State.BENCHMARKED
@@ -208,7 +215,7 @@ async def test_reconcile_keeps_the_hardware_facts_and_when_it_listed_them(market
 
     await vast.reconcile(client)
 
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert remote.vast_facts["gpu_util"] == 55.0 and remote.vast_facts["gpu_temp"] == 66.0
     assert remote.vast_facts["num_gpus"] == 1 and "mem_usage" not in remote.vast_facts
     assert remote.vast_seen_at is not None
@@ -217,26 +224,26 @@ async def test_reconcile_keeps_the_hardware_facts_and_when_it_listed_them(market
 
 def test_the_bad_hosts_page_adds_and_removes(client):
     staff = logged_in("ops")
-    response = staff.post("/remote/bad-hosts/", {"provider_machine_id": "4242",
+    response = staff.post("/remote/bad-machines/", {"provider_machine_id": "4242",
                                                  "reason": "kernel panics"})
     assert response.status_code == 302
-    bad = BadHost.objects.get()
+    bad = BadMachine.objects.get()
     assert (bad.provider_machine_id, bad.reason) == (4242, "kernel panics (by ops)")
-    html = staff.get("/remote/bad-hosts/").content.decode()
+    html = staff.get("/remote/bad-machines/").content.decode()
     assert f'id="bad-host-{bad.pk}"' in html and "kernel panics" in html
     for fields in ({"provider_machine_id": "-1", "reason": "r"},
                    {"provider_machine_id": "x", "reason": "r"},
                    {"provider_machine_id": "1", "reason": ""}):
-        response = staff.post("/remote/bad-hosts/", fields)
+        response = staff.post("/remote/bad-machines/", fields)
         assert response.status_code == 400 and b'class="form-errors"' in response.content
     viewer = logged_in("viewer", staff=False)
-    page = viewer.get("/remote/bad-hosts/")
+    page = viewer.get("/remote/bad-machines/")
     assert page.status_code == 200 and b'id="bad-host-form"' not in page.content
-    assert viewer.post("/remote/bad-hosts/", {"provider_machine_id": "1",
+    assert viewer.post("/remote/bad-machines/", {"provider_machine_id": "1",
                                               "reason": "r"}).status_code == 403
-    assert staff.post(f"/remote/bad-hosts/{bad.pk}/unmark/").status_code == 302
-    assert not BadHost.objects.exists()
-    assert client.get("/remote/bad-hosts/").status_code == 302  # logged out: to the login
+    assert staff.post(f"/remote/bad-machines/{bad.pk}/unmark/").status_code == 302
+    assert not BadMachine.objects.exists()
+    assert client.get("/remote/bad-machines/").status_code == 302  # logged out: to the login
 
 
 async def test_vast_managers_filters_reach_the_search_in_vasts_units(market):

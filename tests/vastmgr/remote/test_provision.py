@@ -18,12 +18,12 @@ from vastmgr.fleet.models import Event, Machine
 from vastmgr.lib.errors import ProvisionError, SettingsError
 from vastmgr.remote import provision
 from vastmgr.remote.config import RemoteSettings
-from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.models import RemoteMachine, Secret
 from vastmgr.remote.provision import (
     Provisioner,
     ProvisionPlan,
     build_wheel,
-    run_on_hosts,
+    run_on_machines,
     wheel_dependencies,
 )
 from vastmgr.remote.ssh import Backoff, LinkPool, MachineLink
@@ -41,7 +41,7 @@ async def test_missing_host_requirements_are_one_event_naming_each_fix(client_ke
         machine = await Machine.objects.acreate(
             name="old-image", host="127.0.0.1", ssh_port=host.port, ssh_user=host.user,
             engine_port=free_port())
-        remote = await sync_to_async(RemoteHost.for_machine)(machine)
+        remote = await sync_to_async(RemoteMachine.for_machine)(machine)
         await sync_to_async(Secret.store)(remote.ssh_key_secret_name,
                                           client_key.export_private_key().decode())
         # An image whose python3 is 3.10 (Ubuntu 22.04), on a server without forwarding.
@@ -107,7 +107,7 @@ async def test_a_command_runs_on_many_hosts_with_streamed_output_and_an_audit_ev
     async def on_line(machine_id, line):
         lines.append((machine_id, line))
 
-    statuses = await run_on_hosts([ssh_machine.pk, down.pk], "echo up; uname -s", user="ops",
+    statuses = await run_on_machines([ssh_machine.pk, down.pk], "echo up; uname -s", user="ops",
                                   on_line=on_line, pool=LinkPool(backoff=Backoff(attempts=1)))
 
     assert statuses[ssh_machine.pk] == 0 and statuses[down.pk] == 255

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from vastmgr.fleet.models import Machine
-from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.models import RemoteMachine, Secret
 
 pytestmark = pytest.mark.django_db
 
@@ -21,19 +21,19 @@ def staff(client):
 
 def test_adding_a_host_stores_the_key_encrypted_and_never_renders_it(staff):
     key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
-    response = staff.post("/remote/hosts/add/", {
+    response = staff.post("/remote/machines/add/", {
         "name": "gpu-a", "host": "10.1.2.3", "ssh_port": 2222, "ssh_user": "prover",
         "private_key": key, "key_file": ""})
     machine = Machine.objects.get(name="gpu-a")
     assert response.status_code == 302 and machine.provider == Machine.Provider.SSH
-    remote = RemoteHost.objects.get(machine=machine)
+    remote = RemoteMachine.objects.get(machine=machine)
     assert Secret.reveal(remote.ssh_key_secret_name) == key.strip()
     page = staff.get(f"/remote/machines/{machine.pk}/").content.decode()
     assert "PRIVATE KEY" not in page and "not pinned yet" in page
 
 
 def test_a_bad_key_is_a_form_error_that_does_not_echo_the_input(staff):
-    response = staff.post("/remote/hosts/add/", {
+    response = staff.post("/remote/machines/add/", {
         "name": "gpu-b", "host": "h", "ssh_port": 22, "ssh_user": "root",
         "private_key": "not-a-key-SECRETISH", "key_file": ""})
     assert response.status_code == 200
@@ -49,7 +49,7 @@ def test_actions_need_staff(client):
     assert response.status_code == 302 and "/login" in response.url
     assert Machine.objects.get(pk=machine.pk).state == Machine.State.REGISTERED
     # The engine log and commands on hosts are staff-only too; the log panel is not rendered.
-    for url in (f"/remote/machines/{machine.pk}/log/", "/remote/hosts/command/"):
+    for url in (f"/remote/machines/{machine.pk}/log/", "/remote/machines/command/"):
         response = client.get(url)
         assert response.status_code == 302 and "/login" in response.url, url
     assert "engine-log" not in client.get(f"/remote/machines/{machine.pk}/").content.decode()
@@ -85,10 +85,10 @@ def test_a_key_file_others_can_read_is_refused(staff, tmp_path):
     key.chmod(0o644)
     form = {"name": "gpu-c", "host": "h", "ssh_port": 22, "ssh_user": "root",
             "private_key": "", "key_file": str(key)}
-    assert "chmod 600" in staff.post("/remote/hosts/add/", form).content.decode()
+    assert "chmod 600" in staff.post("/remote/machines/add/", form).content.decode()
     key.chmod(0o600)
-    assert staff.post("/remote/hosts/add/", form).status_code == 302
-    assert RemoteHost.objects.get(machine__name="gpu-c").key_file == str(key)
+    assert staff.post("/remote/machines/add/", form).status_code == 302
+    assert RemoteMachine.objects.get(machine__name="gpu-c").key_file == str(key)
 
 
 @pytest.mark.django_db(transaction=True)  # the SSH loop's thread reads the machine too

@@ -97,7 +97,7 @@ def engine_pid(sshd: RealSSHD) -> int | None:
 
 
 def shown_live(stack, machine: int) -> bool:
-    return stack.query("SELECT connected FROM fleet_hoststatus WHERE machine_id = ?",
+    return stack.query("SELECT connected FROM fleet_machinestatus WHERE machine_id = ?",
                        machine) == [(1,)]
 
 
@@ -130,7 +130,7 @@ def all_final(stack, jobs: list[str], timeout: float = 180) -> list[tuple]:
 
 
 def test_an_unreachable_host_answers_every_page_within_its_timeout(stack, operator, key_file):
-    answer = operator.post("/remote/hosts/add/", {
+    answer = operator.post("/remote/machines/add/", {
         **host_form("gpu-nowhere", 1, "prover", key_file), "then": "test"})
     assert answer.status == 200 and "/remote/machines/" in answer.url
     assert "Connection test failed" in answer.body and "cannot connect" in answer.body
@@ -149,7 +149,7 @@ def test_an_unreachable_host_answers_every_page_within_its_timeout(stack, operat
 
     # A command with a 5 s timeout answers in about that at most, with the host's error and
     # an audit Event saying who ran what.
-    answer = operator.post("/remote/hosts/command/", {
+    answer = operator.post("/remote/machines/command/", {
         "machines": [machine], "command": "uptime", "timeout": 5})
     assert answer.status == 200 and answer.seconds < 7, (answer.status, answer.seconds)
     result = answer.body.split(f'id="command-{machine}"')[1]
@@ -163,7 +163,7 @@ def test_an_unreachable_host_answers_every_page_within_its_timeout(stack, operat
             ({"price_per_hour": "9999.9999"}, "less than or equal to 100"),
             ({"host": ""}, "This field is required"),
             ({"name": "gpu-nowhere"}, "a machine with this name exists")):
-        answer = operator.post("/remote/hosts/add/", {
+        answer = operator.post("/remote/machines/add/", {
             **host_form("gpu-refused", 1, "prover", key_file), **fields})
         assert answer.status == 200 and reason in answer.body, (fields, answer.body[-3000:])
     assert not stack.query("SELECT id FROM fleet_machine WHERE name = 'gpu-refused'")
@@ -171,7 +171,7 @@ def test_an_unreachable_host_answers_every_page_within_its_timeout(stack, operat
 
 def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
     name = "gpu-served"
-    answer = operator.post("/remote/hosts/add/", {
+    answer = operator.post("/remote/machines/add/", {
         **host_form(name, sshd.port, sshd.user, key_file), "then": "test"})
     assert answer.status == 200 and "Connection test passed" in answer.body, answer.body[-3000:]
     machine = machine_id(stack, name)
@@ -206,7 +206,7 @@ def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
     for _ in range(3):
         answer = operator.get(f"/remote/machines/{machine}/log/")
         assert "engine listening on" in answer.body and 'delay:5s' in answer.body
-    answer = operator.post("/remote/hosts/command/", {
+    answer = operator.post("/remote/machines/command/", {
         "machines": [machine], "command": "echo $0 $(whoami)", "timeout": 30})
     result = answer.body.split(f'id="command-{machine}"')[1]
     assert "exit status 0" in result and f"bash {sshd.user}" in result
@@ -307,7 +307,7 @@ def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
     assert engine_processes(sshd) == [] and engine_pid(sshd) is None
 
     # Its name is free again.
-    answer = operator.post("/remote/hosts/add/", host_form(name, sshd.port, sshd.user,
+    answer = operator.post("/remote/machines/add/", host_form(name, sshd.port, sshd.user,
                                                            key_file))
     assert answer.status == 200 and machine_id(stack, name) != machine
     print(f"provision {provision_s:.0f} s; log page of a host that is down: "

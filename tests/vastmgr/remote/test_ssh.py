@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.fleet.transport import transport_for
 from vastmgr.lib.errors import HostKeyChanged, SSHAuthFailed, SSHError, TransportError
-from vastmgr.remote.models import RemoteHost, Secret
+from vastmgr.remote.models import RemoteMachine, Secret
 from vastmgr.remote.ssh import Backoff, MachineLink, fingerprint
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,7 +58,7 @@ async def test_a_changed_host_key_is_refused_with_an_event(fake_host, ssh_machin
     assert old_print in str(refused.value) and new_print in str(refused.value)
     [event] = await events("ssh_host_key")
     assert event.level == Event.Level.ERROR and new_print in event.message
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert "host key changed" in remote.last_error
 
 
@@ -97,7 +97,7 @@ async def test_an_unreachable_host_is_retried_with_backoff_then_reported(fake_ho
     with pytest.raises(SSHError, match="next attempt at"):
         await link.run("echo back")
     assert link.attempts == 4
-    remote = await RemoteHost.objects.aget(machine_id=ssh_machine.pk)
+    remote = await RemoteMachine.objects.aget(machine_id=ssh_machine.pk)
     assert "next attempt at" in remote.last_error, "the machine page says when"
 
     link.retry_now()  # an operator pressed a button for this host
@@ -105,7 +105,7 @@ async def test_an_unreachable_host_is_retried_with_backoff_then_reported(fake_ho
     await link.close()
     _outage, _pinned, back = await events("ssh")
     assert "back after 4 failed attempt(s)" in back.message and back.data["attempts"] == 4
-    remote = await RemoteHost.objects.aget(machine_id=ssh_machine.pk)
+    remote = await RemoteMachine.objects.aget(machine_id=ssh_machine.pk)
     assert remote.last_error == "", "recovered: no stale error on the machine page"
 
 

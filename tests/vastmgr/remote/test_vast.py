@@ -22,7 +22,7 @@ from vastmgr.lib.errors import VastAuthError, VastError, VastRateLimited
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret, UnmanagedInstance
+from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine, Secret, UnmanagedInstance
 from vastmgr.remote.ssh import MachineLink
 from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient
 
@@ -102,8 +102,8 @@ async def test_search_prices_include_the_disk_the_rent_asks_for(fake_vast, no_sl
 async def test_search_flags_bad_hosts_with_a_price_per_proof(fake_vast, no_sleep):
     cheap = fake_vast.add_offer(gpu_name="RTX 4090", dph_base=0.30, machine_id=11)
     bad = fake_vast.add_offer(gpu_name="RTX 4090", dph_base=0.35, machine_id=12)
-    await sync_to_async(BadHost.flag)(12, "benchmark 3/h below 50/h")
-    await sync_to_async(HostPerf.record)(provider_machine_id=11, gpu_name="RTX 4090",
+    await sync_to_async(BadMachine.flag)(12, "benchmark 3/h below 50/h")
+    await sync_to_async(MachinePerf.record)(provider_machine_id=11, gpu_name="RTX 4090",
                                          gpu_count=1, rate=120.0)
 
     offers = await client_for(fake_vast, no_sleep).search_offers(OfferFilter())
@@ -331,7 +331,7 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
 
     assert machine.provider == Machine.Provider.VAST and machine.state == Machine.State.REGISTERED
     assert machine.name == f"vast-{machine.vast_instance_id}" and machine.host == ""
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     instance = fake_vast.instances[machine.vast_instance_id]
     assert instance["label"] == remote.vast_label and remote.vast_label.startswith("vastmgr-")
     _, _, create, _ = next(r for r in fake_vast.requests if r[0] == "PUT")
@@ -348,13 +348,13 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
     fake_vast.advance(20)
     await vast.reconcile(client)
     machine = await Machine.objects.aget(pk=machine.pk)
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert remote.vast_status == "loading" and machine.host == "", "no address before running"
 
     fake_vast.advance(60)
     await vast.reconcile(client)
     machine = await Machine.objects.aget(pk=machine.pk)
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert remote.vast_status == "running"
     assert (machine.host, machine.ssh_port) == ("127.0.0.1", fake_host.port)
     link = MachineLink(machine.pk)
@@ -364,7 +364,7 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
 
 async def test_renting_a_bad_host_is_refused(fake_vast, no_sleep):
     offer = fake_vast.add_offer(machine_id=77)
-    await sync_to_async(BadHost.flag)(77, "install failed")
+    await sync_to_async(BadMachine.flag)(77, "install failed")
     with pytest.raises(VastError, match="bad-hosts list"):
         await vast.rent(client_for(fake_vast, no_sleep), RentRequest.from_offer(offer))
     assert not fake_vast.instances
@@ -505,7 +505,7 @@ async def test_an_instance_that_exits_marks_its_machine_alerts_and_is_destroyed_
     await vast.reconcile(client)
     await vast.reconcile(client)
 
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert remote.vast_status == "exited" and remote.vast_down_since is not None
     assert "exited: container exited with code 137" in remote.last_error
     [alert] = await alerts_of("instance_down")
@@ -531,12 +531,12 @@ async def test_an_instance_that_goes_offline_and_comes_back_is_cleared(fake_vast
     machine = await running_machine(fake_vast, client)
     fake_vast.set_status(machine.vast_instance_id, "offline")
     await vast.reconcile(client)
-    assert (await RemoteHost.objects.aget(machine=machine)).vast_status == "offline"
+    assert (await RemoteMachine.objects.aget(machine=machine)).vast_status == "offline"
 
     fake_vast.set_status(machine.vast_instance_id, "running")
     await vast.reconcile(client)
 
-    remote = await RemoteHost.objects.aget(machine=machine)
+    remote = await RemoteMachine.objects.aget(machine=machine)
     assert remote.vast_down_since is None and remote.last_error == ""
     await Automation(RemoteSettings(vast_down_grace_min=0), vast_client=client).tick()
     assert (await Machine.objects.aget(pk=machine.pk)).state != Machine.State.KILLED
@@ -555,7 +555,7 @@ async def test_reconcile_pages_through_v1_and_kills_vanished_instances(fake_vast
     gone = await Machine.objects.aget(pk=machines[1].pk)
     assert gone.state == Machine.State.KILLED
     assert gone.kill_reason == "the instance disappeared from Vast"
-    remote = await RemoteHost.objects.aget(machine=gone)
+    remote = await RemoteMachine.objects.aget(machine=gone)
     assert remote.billing_ended is not None
     lists = [r for r in fake_vast.requests if r[1] == "/api/v1/instances/"]
     assert len(lists) == 2, "three instances in pages of two"

@@ -16,7 +16,7 @@ from vastmgr.api.models import ApiToken
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import Instance
 from vastmgr.remote.config import RemoteSettings
-from vastmgr.remote.models import BadHost, HostPerf, RemoteHost, Secret
+from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine, Secret
 
 from .conftest import API_KEY
 
@@ -70,8 +70,8 @@ async def test_offers_take_vast_managers_filter_string(market):
                               cpu_ram=256_000, cuda_max_good=13.0, inet_down=1000.0,
                               cpu_cores=32, dph_base=0.4)
     small = fake_vast.add_offer(gpu_name="RTX 4090", machine_id=802, disk_space=100.0)
-    await sync_to_async(BadHost.flag)(801, "flaky")
-    await HostPerf.objects.acreate(provider_machine_id=801, gpu_name="RTX 4090", gpu_count=1,
+    await sync_to_async(BadMachine.flag)(801, "flaky")
+    await MachinePerf.objects.acreate(provider_machine_id=801, gpu_name="RTX 4090", gpu_count=1,
                                    proofs_per_hour=44.0)
     headers = await sync_to_async(bearer)("viewer", staff=False)
 
@@ -120,7 +120,7 @@ async def test_deploy_rents_an_upstream_cuzk_worker(market, fake_host):
     assert create["onstart"] == \
         "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
 
-    await sync_to_async(BadHost.flag)(902, "burnt")
+    await sync_to_async(BadMachine.flag)(902, "burnt")
     code, body = await sync_to_async(call)("post", "/api/deploy", staff,
                                            {"offer_id": 5, "machine_id": 902})
     assert (code, body) == (409, {"error": "machine 902 is on bad hosts list: burnt"})
@@ -155,7 +155,7 @@ async def cuzk_status_through_ssh(ssh_port: int, ssh_user: str, client_key) -> N
             name="vast-77", provider="vast", host="127.0.0.1", ssh_port=ssh_port,
             ssh_user=ssh_user, engine_flavour="cuzk-upstream", engine_port=upstream.port,
             state="running")
-        remote = await RemoteHost.objects.acreate(machine=machine)
+        remote = await RemoteMachine.objects.acreate(machine=machine)
         await sync_to_async(Secret.store)(remote.ssh_key_secret_name,
                                           client_key.export_private_key().decode())
         instance = await Instance.objects.acreate(uuid="5f0c1a7e-0000-4000-8000-000000000001",

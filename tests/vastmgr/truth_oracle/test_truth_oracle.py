@@ -25,9 +25,9 @@ import pytest
 
 from cuzk_engine.vocabulary import TERMINAL_STATUSES
 from tests.conftest import REPO, free_port
-from tests.vastmgr import test_browser
-from tests.vastmgr.test_browser import log_in, running_stack
-from tests.vastmgr.test_faults import cmdline
+from tests.vastmgr.browser import test_browser
+from tests.vastmgr.browser.test_browser import log_in, running_stack
+from tests.vastmgr.served.test_faults import cmdline
 
 from . import oracle, rules
 

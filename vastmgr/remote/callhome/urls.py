@@ -13,7 +13,7 @@ urlpatterns = [
     path("running", views.running),
     path("status", views.status),
     path("bad-host", views.bad_host),
-    path("bad-host/<str:machine_id>", views.bad_host_delete),
+    path("bad-host/<str:machine_id>", views.bad_machine_delete),
     path("api/log-push", views.log_push),
 ]
 

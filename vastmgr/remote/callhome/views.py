@@ -16,7 +16,7 @@ from vastmgr.instances.models import (
 )
 from vastmgr.instances.protocol import ProtocolError, answer, check_owner, decode, error, route
 from vastmgr.remote import benchmark_results as aftermath
-from vastmgr.remote.models import BadHost
+from vastmgr.remote.models import BadMachine
 
 
 def _instance(uuid: str, secret: DeploySecret | None, *, lock: bool = False) -> Instance:
@@ -105,7 +105,7 @@ def bad_host(request: HttpRequest, secret: DeploySecret | None) -> HttpResponse:
     if request.method == "GET":
         return answer([{"machine_id": str(bad.provider_machine_id), "reason": bad.reason,
                         "added_at": _timestamp(bad.created)}
-                       for bad in BadHost.objects.filter(provider=Machine.Provider.VAST)])
+                       for bad in BadMachine.objects.filter(provider=Machine.Provider.VAST)])
     body = decode(request, {"machine_id": str, "reason": str})
     if not body["machine_id"]:
         return error("machine_id required", 400)
@@ -113,18 +113,18 @@ def bad_host(request: HttpRequest, secret: DeploySecret | None) -> HttpResponse:
             len(body["machine_id"]) > 18:
         return error("machine_id must be a Vast machine id (digits)", 400)
     with transaction.atomic():
-        BadHost.flag(int(body["machine_id"]), body["reason"] or "reported by an instance")
-        BadHost.objects.filter(provider=Machine.Provider.VAST,
+        BadMachine.flag(int(body["machine_id"]), body["reason"] or "reported by an instance")
+        BadMachine.objects.filter(provider=Machine.Provider.VAST,
                                provider_machine_id=int(body["machine_id"])).update(
             reason=body["reason"] or "reported by an instance")
     return answer({"ok": True})
 
 
 @route("DELETE")
-def bad_host_delete(request: HttpRequest, secret: DeploySecret | None,
+def bad_machine_delete(request: HttpRequest, secret: DeploySecret | None,
                     machine_id: str) -> HttpResponse:
     if machine_id.isascii() and machine_id.isdigit() and len(machine_id) <= 18:
-        BadHost.objects.filter(provider=Machine.Provider.VAST,
+        BadMachine.objects.filter(provider=Machine.Provider.VAST,
                                provider_machine_id=int(machine_id)).delete()
     return answer({"ok": True})
 

@@ -3,7 +3,7 @@
 from django import template
 
 from vastmgr.fleet.models import Machine
-from vastmgr.remote.models import RemoteHost, UnmanagedInstance
+from vastmgr.remote.models import RemoteMachine, UnmanagedInstance
 
 register = template.Library()
 
@@ -12,6 +12,6 @@ register = template.Library()
 def vast_billing_banner():
     return {
         "unmanaged": list(UnmanagedInstance.objects.all()),
-        "down": list(RemoteHost.objects.filter(vast_down_since__isnull=False).exclude(
+        "down": list(RemoteMachine.objects.filter(vast_down_since__isnull=False).exclude(
             machine__state=Machine.State.KILLED).select_related("machine")),
     }

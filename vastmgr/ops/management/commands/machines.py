@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
-from vastmgr.front.readmodel import load_hosts
+from vastmgr.front.readmodel import load_machines
 from vastmgr.proofs.models import ProofJob
 
 DEFAULT_PORT = Machine._meta.get_field("engine_port").default
@@ -107,7 +107,7 @@ class Command(BaseCommand):
         self.stdout.write(f"added {name}: {flavour} at {endpoint(machine)}")
 
     def handle_list(self, **options):
-        hosts = load_hosts(timezone.now().timestamp())
+        hosts = load_machines(timezone.now().timestamp())
         rows = [("name", "flavour", "engine", "state", "connection", "last seen")]
         for h in hosts:
             m = h.machine
