@@ -421,7 +421,7 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
             {"since_change_s": round(since_change), "cooldown_s": limits.cooldown_s})]
     offers = [o for o in snap.offers if o.provider_machine_id not in snap.bad_machines]
     rents_left = limits.max_rents_per_hour - snap.rents_last_hour
-    refusal = "" if offers else "no offer that is not on the bad-hosts list"
+    refusal = "" if offers else "no offer that is not on the bad-machines list"
     while offers and (short or fleet.count() < limits.floor):
         mix = short[0].mix if short else {k: 1.0 for k in SERVICE_ORDER}
         if rents_left <= 0:

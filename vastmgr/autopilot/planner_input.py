@@ -1,5 +1,5 @@
 """The planner's snapshot from what the product already knows: proof jobs, machines, their
-lifecycle events, bench history (MachinePerf), the bad-hosts list and the market's offers."""
+lifecycle events, bench history (MachinePerf), the bad-machines list and the market's offers."""
 
 from __future__ import annotations
 

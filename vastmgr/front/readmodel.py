@@ -58,7 +58,7 @@ class MachineView:
     now: float
     done_24h: int = 0
     failed_24h: int = 0
-    bad_host: BadMachine | None = None  # its provider machine is on the bad-hosts list
+    bad_host: BadMachine | None = None  # its provider machine is on the bad-machines list
 
     # The cached values that depend on `now`: dropped when the view moves in time.
     MOVES_WITH_NOW: ClassVar[tuple[str, ...]] = ("connection",)

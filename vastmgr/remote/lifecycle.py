@@ -142,7 +142,7 @@ def failed_jobs(since: datetime, until: datetime) -> list[alerts.Alert]:
 
 def judge_benchmark(machine: Machine, rate: float, settings: RemoteSettings
                     ) -> alerts.Alert | None:
-    """Record a benchmark; below the minimum rate the host goes on the bad-hosts list.
+    """Record a benchmark; below the minimum rate the host goes on the bad-machines list.
 
     Returns the bad-benchmark alert (the caller kills or destroys the machine), else moves the
     machine to `benchmarked` and returns None.

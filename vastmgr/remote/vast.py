@@ -500,7 +500,7 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
     """
     if request.machine_id is not None and await BadMachine.objects.filter(
             provider=Machine.Provider.VAST, provider_machine_id=request.machine_id).aexists():
-        raise VastError(f"Vast machine {request.machine_id} is on the bad-hosts list")
+        raise VastError(f"Vast machine {request.machine_id} is on the bad-machines list")
     key = asyncssh.generate_private_key("ssh-ed25519")
     machine, label = await sync_to_async(_register_renting)(request, key)
     # The instance presents this secret when it calls home (vastmgr.instances).

@@ -394,7 +394,7 @@ def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
 
 
 def bad_machines(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """The bad-hosts list; staff add (POST) with a reason."""
+    """The bad-machines list; staff add (POST) with a reason."""
     form = BadMachineForm(request.POST or None)
     if request.method == "POST":
         if not request.user.is_staff:

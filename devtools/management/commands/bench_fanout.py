@@ -172,7 +172,7 @@ class Command(BaseCommand):
                     origin = f"http://127.0.0.1:{port}"
                     # One trace at a time in a browser: the fleet page's.
                     probes = [BrowserProbe("fleet", browser_trace), BrowserProbe("host")]
-                    for probe, path in zip(probes, ["/", f"/hosts/{ids[0]}/"]):
+                    for probe, path in zip(probes, ["/", f"/machines/{ids[0]}/"]):
                         await probe.open(chromium, origin + path,
                                          {"name": "sessionid", "value": cookie, "url": origin})
                 await asyncio.sleep(WARM_UP_SECONDS)

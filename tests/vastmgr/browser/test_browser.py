@@ -191,7 +191,7 @@ def test_a_test_proof_started_in_the_browser_moves_through_its_partitions_and_ve
     assert "3072 bytes" in page.locator(f"#proof-{job_id}").text_content()  # 16 × 192
 
     page.locator(f"#proof-{job_id}").get_by_role("link", name="local").click()
-    page.wait_for_url(f"{stack}/hosts/*/")
+    page.wait_for_url(f"{stack}/machines/*/")
     page.locator(f"a[href='/proofs/{job_id}/']").wait_for()
     screenshot(page, "host")
 

@@ -136,7 +136,7 @@ def test_backlog_pushed_values_and_host_charts(one_worker_stack, context):
 
     # The host page: charts drawn by uPlot with labelled axes, time ticks and hover values.
     row.get_by_role("link", name="local").click()
-    fleet.wait_for_url(re.compile(r".*/hosts/\d+/$"))
+    fleet.wait_for_url(re.compile(r".*/machines/\d+/$"))
     token = fleet.evaluate("window.__pageToken")
     charts = fleet.locator(".charts")
     charts.locator(".window-picker a", has_text="15 min").click()

@@ -128,7 +128,7 @@ def test_a_proof_cancelled_on_the_device_shows_every_partition_settled_as_the_en
     assert "running phases as of the snapshot" not in panel.text_content()
     screenshot(page, "truth-cancelled-proof-light")
 
-    page.goto(f"{stack}/hosts/{host_pk}/")
+    page.goto(f"{stack}/machines/{host_pk}/")
     host = page.locator(f"#host-{host_pk}-panel")
     host.wait_for()
     engine_job = pipeline_of(engine_status(engine), job_id)
@@ -178,7 +178,7 @@ def test_a_proof_cancelled_on_the_device_shows_every_partition_settled_as_the_en
     low = {}
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        for name, path in (("host", f"/hosts/{host_pk}/"), ("proof", f"/proofs/{job_id}/")):
+        for name, path in (("host", f"/machines/{host_pk}/"), ("proof", f"/proofs/{job_id}/")):
             page.goto(stack + path)
             page.wait_for_load_state("load")
             screenshot(page, f"truth-{name}-{scheme}")

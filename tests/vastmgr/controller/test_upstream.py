@@ -236,10 +236,10 @@ def test_upstream_machines_are_offered_no_proofs_and_no_srs_actions(admin_client
                           "count": 1})
     assert not form.is_valid() and "upstream cuzk daemon" in str(form.errors["machine"])
 
-    page = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    page = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert "Run test proof here" not in page and "SRS preload / evict" not in page
     assert "no test proofs" in page
-    answer = admin_client.post(f"/hosts/{machine.pk}/srs/",
+    answer = admin_client.post(f"/machines/{machine.pk}/srs/",
                                {"action": "preload", "circuit_id": "porep-c2:tiny"})
     assert answer.status_code == 400 and "gRPC" in answer.content.decode()
     assert not MachineAction.objects.exists()

@@ -363,7 +363,7 @@ def test_the_browser_through_nginx_over_tls(deployment, browser_page):
     # An SRS preload from the host page becomes an Event; the notifier process delivers it
     # through the receiver's outage, once.
     receiver.fail_next = 2
-    page.goto(f"{base}/hosts/{deployment['machine_id']}/")
+    page.goto(f"{base}/machines/{deployment['machine_id']}/")
     page.fill("#host-srs-form input[name=circuit_id]", "winning-post.tiny")
     page.locator("#host-srs-form").get_by_role("button", name=re.compile("Preload")).click()
     eventually(lambda: any("SRS winning-post.tiny preloaded" in m for m in receiver.messages()),

@@ -34,12 +34,12 @@ def logged_in(django_user_model, name, **flags) -> Client:
 def test_non_staff_cannot_preload_or_evict_and_sees_no_controls(machine, django_user_model):
     viewer = logged_in(django_user_model, "viewer")
     for action in ("preload", "evict"):
-        response = viewer.post(f"/hosts/{machine.pk}/srs/",
+        response = viewer.post(f"/machines/{machine.pk}/srs/",
                                {"action": action, "circuit_id": "winning-post.tiny"})
         assert response.status_code == 403
         assert response.content.decode() == "Only staff can preload or evict SRS on a machine."
     assert not MachineAction.objects.exists()
-    page = viewer.get(f"/hosts/{machine.pk}/").content.decode()
+    page = viewer.get(f"/machines/{machine.pk}/").content.decode()
     assert "winning-post.tiny" in page  # the SRS state is shown to everyone...
     assert "/srs/" not in page and "Preload" not in page  # ...the controls are not
 
@@ -47,13 +47,13 @@ def test_non_staff_cannot_preload_or_evict_and_sees_no_controls(machine, django_
 def test_staff_preload_is_queued_from_the_form_outside_the_pushed_panel(machine,
                                                                         django_user_model):
     staff = logged_in(django_user_model, "boss", is_staff=True)
-    page = staff.get(f"/hosts/{machine.pk}/").content.decode()
+    page = staff.get(f"/machines/{machine.pk}/").content.decode()
     live, rest = page.split('class="live"')[1].split('id="host-srs-form"')
-    assert f'<form method="post" action="/hosts/{machine.pk}/srs/" class="card srs-form"' in live
+    assert f'<form method="post" action="/machines/{machine.pk}/srs/" class="card srs-form"' in live
     assert live.count("<form") == 1  # the SRS form follows the panel; nothing to post in it
     assert "csrfmiddlewaretoken" in rest
     assert '<option value="winning-post.tiny">' in rest
-    response = staff.post(f"/hosts/{machine.pk}/srs/",
+    response = staff.post(f"/machines/{machine.pk}/srs/",
                           {"action": "evict", "circuit_id": "winning-post.tiny"})
     assert response.status_code == 302
     assert MachineAction.objects.get().action == "evict"
@@ -122,11 +122,11 @@ def test_htmx_posts_carry_the_csrf_token_from_the_body_header(machine, django_us
     X-CSRFToken header that base.html sets once on <body>. Without it a post is refused."""
     staff = Client(enforce_csrf_checks=True)
     staff.force_login(django_user_model.objects.create_user("boss", is_staff=True))
-    page = staff.get(f"/hosts/{machine.pk}/").content.decode()
+    page = staff.get(f"/machines/{machine.pk}/").content.decode()
     token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([^"]+)"\}'""", page).group(1)
     data = {"action": "preload", "circuit_id": "winning-post.tiny"}
-    assert staff.post(f"/hosts/{machine.pk}/srs/", data).status_code == 403
-    assert staff.post(f"/hosts/{machine.pk}/srs/", data, headers={"X-CSRFToken": token,
+    assert staff.post(f"/machines/{machine.pk}/srs/", data).status_code == 403
+    assert staff.post(f"/machines/{machine.pk}/srs/", data, headers={"X-CSRFToken": token,
                                                                   "HX-Request": "true"}
                       ).status_code == 302
     assert MachineAction.objects.count() == 1

@@ -70,7 +70,7 @@ def test_jobs_admitted_but_not_on_a_device_are_waiting_and_counted(admin_client,
     totals = admin_client.get("/fragments/fleet/").content.decode().split('id="fleet-totals"')[1]
     assert '<b class="total-waiting">2</b>' in totals and '<b class="total-parts">3</b>' in totals
 
-    panel = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     b = panel.split(f'id="host-{machine.pk}-job-b"')[1].split("</div>")[0]
     shown = re.sub(r"<[^>]*>", "", b.split(">", 1)[1])
     assert "waiting for a device" in shown and "3/5 synthesized" in shown
@@ -97,7 +97,7 @@ def test_a_running_proof_with_nothing_on_a_device_reads_waiting_on_the_proof_pag
 
 
 def test_counters_state_their_window_and_snapshot_ages_are_current(admin_client, machine):
-    panel = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert "since engine start" in panel
     # The SRS entry was used 3 s before a snapshot taken 100 s ago: 103 s ago now, and the
     # page hands the browser that age to keep counting.
@@ -215,17 +215,17 @@ def test_the_window_picker_fragment_and_page(admin_client, machine):
     fragment = admin_client.get(f"/fragments/machines/{machine.pk}/charts/?window=24h").content.decode()
     assert f'id="host-{machine.pk}-charts"' in fragment and 'data-window="24h"' in fragment
     assert "over the last 24 h" in fragment and f'id="host-{machine.pk}-chart-data"' in fragment
-    page = admin_client.get(f"/hosts/{machine.pk}/?window=15m").content.decode()
+    page = admin_client.get(f"/machines/{machine.pk}/?window=15m").content.decode()
     assert 'data-window="15m"' in page and "uPlot" in page
     bad = admin_client.get(f"/fragments/machines/{machine.pk}/charts/?window=7y").content.decode()
     assert 'data-window="1h"' in bad
 
 
 def test_srs_hint_uses_real_ids_and_an_unknown_id_is_refused_in_the_form(admin_client, machine):
-    page = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    page = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert "winning-post.tiny" in page and "winning-post:tiny" not in page
     assert '<option value="snap-update.large">' in page
-    response = admin_client.post(f"/hosts/{machine.pk}/srs/",
+    response = admin_client.post(f"/machines/{machine.pk}/srs/",
                                  {"action": "preload", "circuit_id": "winning-post:tiny"})
     assert response.status_code == 400
     assert "Unknown circuit id &#x27;winning-post:tiny&#x27;" in response.content.decode()

@@ -84,7 +84,7 @@ def test_binary_values_are_shown_in_binary_units():
 
 def test_the_host_panel_says_which_phase_each_job_is_in(admin_client):
     machine = host()
-    panel = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     tag, text = job_block(panel, machine, "g")
     assert 'data-phase="generating_parameters"' in tag
     assert 'data-engine-phase="generating_parameters"' in tag
@@ -128,7 +128,7 @@ def test_a_stale_host_says_so_with_its_age_on_every_page(admin_client):
     assert 'data-host-stale="true"' in row.split(">", 1)[0]
     assert re.search(r'data \<span class="tick" data-tick-base="0.000" data-tick-age="12\d\.\d+"',
                      row.split("</tr>")[0])
-    panel = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert 'data-host-stale="true"' in panel and "stale: data" in panel
     job = ProofJob.objects.create(kind="snap-update", profile="small", seed=1, machine=machine,
                                   status=ProofJob.Status.RUNNING,

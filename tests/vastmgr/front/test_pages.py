@@ -40,29 +40,29 @@ def test_fleet_page_and_its_polling_fragment_render_the_same_row(admin_client, m
 
 
 def test_host_page_shows_the_engine_panel_and_srs_evict(admin_client, machine):
-    html = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    html = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert f'id="host-{machine.pk}-panel"' in html and "winning-post.tiny" in html
     assert "fill-bad" in html  # 90% of the memory budget
-    assert admin_client.get("/hosts/999/").status_code == 404
+    assert admin_client.get("/machines/999/").status_code == 404
 
 
 def test_a_test_proof_is_offered_only_on_a_running_host(admin_client, machine):
     assert machine.state == Machine.State.REGISTERED
-    html = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    html = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert "Run test proof here" not in html
     assert "disabled" in html and "machine gpu-1 is registered: it proves once it is running" in html
     machine.transition(Machine.State.RUNNING)
-    html = admin_client.get(f"/hosts/{machine.pk}/").content.decode()
+    html = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert f'href="/proofs/new/?machine={machine.pk}">Run test proof here' in html
 
 
 def test_srs_actions_are_queued_for_the_controller_and_bad_ids_are_refused(admin_client, machine):
-    response = admin_client.post(f"/hosts/{machine.pk}/srs/",
+    response = admin_client.post(f"/machines/{machine.pk}/srs/",
                                  {"action": "preload", "circuit_id": "porep-c2.tiny"})
     assert response.status_code == 302
     action = MachineAction.objects.get()
     assert (action.action, action.circuit_id, action.done_at) == ("preload", "porep-c2.tiny", None)
-    response = admin_client.post(f"/hosts/{machine.pk}/srs/",
+    response = admin_client.post(f"/machines/{machine.pk}/srs/",
                                  {"action": "evict", "circuit_id": "../etc"})
     assert response.status_code == 400 and b"Unknown circuit id" in response.content
 

@@ -266,7 +266,7 @@ def test_the_life_of_an_ssh_host_over_http(stack, operator, sshd, key_file):
     sshd.drop_sessions()
     wait_event(stack, machine, "cannot connect", after=mark, timeout=30)
     for path in (f"/remote/machines/{machine}/", f"/remote/machines/{machine}/log/",
-                 f"/hosts/{machine}/", "/"):
+                 f"/machines/{machine}/", "/"):
         answer = operator.get(path)
         assert answer.status == 200 and answer.seconds < 12, (path, answer.seconds)
     log_answer = operator.get(f"/remote/machines/{machine}/log/")

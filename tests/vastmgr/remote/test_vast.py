@@ -365,7 +365,7 @@ async def test_rent_then_reconcile_to_running_records_the_ssh_address(
 async def test_renting_a_bad_host_is_refused(fake_vast, no_sleep):
     offer = fake_vast.add_offer(machine_id=77)
     await sync_to_async(BadMachine.flag)(77, "install failed")
-    with pytest.raises(VastError, match="bad-hosts list"):
+    with pytest.raises(VastError, match="bad-machines list"):
         await vast.rent(client_for(fake_vast, no_sleep), RentRequest.from_offer(offer))
     assert not fake_vast.instances
 
