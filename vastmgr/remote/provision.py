@@ -11,6 +11,7 @@ import hashlib
 import json
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,8 +90,22 @@ def source_digest(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def copy_wheel_sources(root: Path, into: Path) -> None:
+    """What goes into the wheel, copied: setuptools writes `build/` and `*.egg-info` beside the
+    sources it builds, and the production checkout is read-only to the services (their units
+    make only the data directory writable), so the wheel is never built in the checkout."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o", "*.egg-info", "build")
+    for name in _WHEEL_SOURCES:
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=skip)
+        else:
+            shutil.copy2(source, into / name)
+
+
 async def build_wheel(root: Path | None = None) -> Path:
-    """The project's wheel (`pip wheel --no-deps`), rebuilt whenever its sources changed."""
+    """The project's wheel (`pip wheel --no-deps`), rebuilt whenever its sources changed. Built
+    from a copy in a temporary directory: nothing is written into `root`."""
     root = root or SOURCE_ROOT
     async with _wheel_lock:
         key = await asyncio.to_thread(source_digest, root)
@@ -98,10 +113,12 @@ async def build_wheel(root: Path | None = None) -> Path:
         if cached and cached.exists():
             return cached
         out = Path(tempfile.mkdtemp(prefix=f"vastmgr-wheel-{key}-"))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
-            str(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        output, _ = await proc.communicate()
+        with tempfile.TemporaryDirectory(prefix="vastmgr-wheel-src-") as copy:
+            await asyncio.to_thread(copy_wheel_sources, root, Path(copy))
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
+                copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            output, _ = await proc.communicate()
         wheels = sorted(out.glob("vastmgr-*.whl"))
         if proc.returncode or not wheels:
             tail = output.decode(errors="replace").strip().splitlines()[-3:]

@@ -26,6 +26,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from tests.conftest import eventually
+from vastmgr.remote.provision import copy_wheel_sources
 
 SSHD = Path("/usr/sbin/sshd")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -103,11 +104,8 @@ def engine_site_packages(into: Path) -> Path:
 
 def copy_sources(into: Path) -> Path:
     """A copy of what goes into the project's wheel, to edit as a new release would."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info")
-    for name in ("cuzk_engine", "vastmgr"):
-        shutil.copytree(REPO_ROOT / name, into / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, into / name)
+    into.mkdir(parents=True, exist_ok=True)
+    copy_wheel_sources(REPO_ROOT, into)
     return into
 
 

@@ -5,6 +5,7 @@ test_served_remote.py."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,6 +81,39 @@ async def test_the_wheel_is_rebuilt_when_a_source_changes_and_not_otherwise(tmp_
     pyproject.write_text(pyproject.read_text().replace(
         '"prometheus-client>=0.21,<1",', '"prometheus-client>=0.21,<1",\n    "tomli>=2",'))
     assert wheel_dependencies(await build_wheel(root)) != wheel_dependencies(first)
+
+
+READ_ONLY_BUILD = """
+import asyncio, sys
+from pathlib import Path
+import django
+django.setup()
+from vastmgr.remote.provision import build_wheel
+print(asyncio.run(build_wheel(Path(sys.argv[1]))))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="needs root and unshare(1) to mount the checkout read-only")
+def test_the_wheel_builds_from_a_read_only_checkout(tmp_path):
+    """Production runs the services with the checkout read-only (`ProtectSystem=strict`, only
+    the data directory writable): provisioning builds the engine's wheel all the same. The
+    checkout is a read-only bind mount here, which not even root can write to."""
+    checkout = copy_sources(tmp_path / "checkout")
+    data = tmp_path / "data"
+    data.mkdir()
+    before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    mount = (f"mount --bind {checkout} {checkout} && mount -o remount,bind,ro {checkout} && "
+             f'cd {checkout} && exec "$0" -c "$1" {checkout}')
+    built = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", mount, sys.executable, READ_ONLY_BUILD],
+        check=False, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "VASTMGR_DATA_DIR": str(data), "TMPDIR": str(data),
+             "DJANGO_SETTINGS_MODULE": "vastmgr.settings"})
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = Path(built.stdout.strip().splitlines()[-1])
+    assert wheel.name.startswith("vastmgr-") and wheel.exists()
+    assert sorted(p.relative_to(checkout) for p in checkout.rglob("*")) == before
 
 
 def test_the_engine_imports_none_of_the_dashboard_dependencies():
