@@ -26,7 +26,7 @@ def call(client, method: str, path: str, token: str | None = None, body: dict | 
 
 @pytest.fixture
 def ssh_host(db) -> Machine:
-    machine = Machine.objects.create(name="gpu-1", provider=Machine.Provider.SSH, host="10.0.0.9")
+    machine = Machine.objects.create(name="gpu-1", provider=Machine.Provider.SSH, host="127.0.0.9")
     RemoteMachine.objects.create(machine=machine)
     return machine
 

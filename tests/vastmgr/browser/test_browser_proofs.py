@@ -112,7 +112,7 @@ def test_at_390_px_no_page_scrolls_sideways(stack, browser, clean_env):
     # error event with a long message, written into the stack's own database.
     script = ("from vastmgr.fleet.models import Machine, Event; "
               f"m = Machine.objects.create(name='{LONG_NAME}', provider='ssh', "
-              "host='10.255.0.1', enabled=False); "
+              "host='127.255.0.1', enabled=False); "
               "Event.record('proof', 'proof failed: ' + 'a very long reason ' * 20, machine=m, "
               "level=Event.Level.ERROR); "
               "print(Machine.objects.get(name='local').pk)")

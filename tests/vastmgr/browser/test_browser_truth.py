@@ -160,7 +160,7 @@ def test_a_proof_cancelled_on_the_device_shows_every_partition_settled_as_the_en
     # A 100-character host name is cut with its full name in the tooltip, and keeps every
     # column of the fleet table on a 1440 px screen.
     script = (f"from vastmgr.fleet.models import Machine; Machine.objects.create(name='{LONG_NAME}', "
-              "provider='ssh', host='10.255.0.1', enabled=False)")
+              "provider='ssh', host='127.255.0.1', enabled=False)")
     subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=REPO, env=clean_env,
                    check=True, capture_output=True)
     page.set_viewport_size({"width": 1440, "height": 900})

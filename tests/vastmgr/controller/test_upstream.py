@@ -254,7 +254,7 @@ def test_the_add_host_form_offers_the_flavour(admin_client, tmp_path):
                         .decode())
     key_file.chmod(0o600)
     answer = admin_client.post("/remote/machines/add/", {
-        "name": "curio-ssh", "host": "10.0.0.5", "ssh_port": 22, "ssh_user": "root",
+        "name": "curio-ssh", "host": "127.0.0.5", "ssh_port": 22, "ssh_user": "root",
         "engine_port": 9821, "key_file": str(key_file), "engine_flavour": UPSTREAM})
     assert answer.status_code == 302
     machine = Machine.objects.get(name="curio-ssh")
@@ -284,7 +284,7 @@ def test_the_poll_interval_defaults_to_the_seeds_and_a_useless_one_is_refused(mo
 def test_machines_command_adds_lists_and_removes(capsys):
     call_command("machines", "add", "--name", "curio-1", "--engine-url", "http://127.0.0.1:9821",
                  "--flavour", "cuzk-upstream")
-    call_command("machines", "add", "--name", "ours", "--engine-url", "http://10.1.2.3:9000/",
+    call_command("machines", "add", "--name", "ours", "--engine-url", "http://127.1.2.3:9000/",
                  "--token", "t0k3n")
     curio, ours = Machine.objects.get(name="curio-1"), Machine.objects.get(name="ours")
     assert (curio.engine_flavour, curio.host, curio.engine_port, curio.state) == (

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 
 def make_machine(**kw):
-    return Machine.objects.create(name=kw.pop("name", "gpu-1"), host="10.0.0.1", **kw)
+    return Machine.objects.create(name=kw.pop("name", "gpu-1"), host="127.0.0.1", **kw)
 
 
 def test_machine_walks_the_full_lifecycle_and_records_each_step():

@@ -52,7 +52,7 @@ SNAPSHOT = {
 
 @pytest.fixture
 def machine():
-    m = Machine.objects.create(name="gpu-1", provider="ssh", host="10.0.0.1",
+    m = Machine.objects.create(name="gpu-1", provider="ssh", host="127.0.0.1",
                                price_per_hour=Decimal("0.5000"), last_seen=timezone.now())
     MachineStatus.objects.create(machine=m, connected=True, interval=1, snapshot=SNAPSHOT,
                               snapshot_at=timezone.now() - timedelta(seconds=100))

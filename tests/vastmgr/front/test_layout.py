@@ -132,7 +132,7 @@ def test_the_local_machine_offers_no_ssh_actions(staff):
     assert "no SSH" in html and "engine-log" not in html and "Host key" not in html
     response = staff.post(f"/remote/machines/{local.pk}/provision/", follow=True)
     assert "local engine without SSH" in response.content.decode()
-    ssh = Machine.objects.create(name="rented", provider="ssh", host="10.0.0.5")
+    ssh = Machine.objects.create(name="rented", provider="ssh", host="127.0.0.5")
     assert f"/remote/machines/{ssh.pk}/provision/" in staff.get(
         f"/remote/machines/{ssh.pk}/").content.decode()
 

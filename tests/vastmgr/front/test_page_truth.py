@@ -61,7 +61,7 @@ SNAPSHOT = {
 
 def host(name="gpu-1", connected=True, seen_ago=1.0, snapshot_age=1.0):
     now = timezone.now()
-    m = Machine.objects.create(name=name, provider="ssh", host="10.0.0.1",
+    m = Machine.objects.create(name=name, provider="ssh", host="127.0.0.1",
                                last_seen=now - timedelta(seconds=seen_ago))
     MachineStatus.objects.create(machine=m, connected=connected, interval=1, seq=9,
                               snapshot=SNAPSHOT,
@@ -189,7 +189,7 @@ def test_every_failed_proof_is_an_event():
 
 
 def test_fragments_mark_stale_only_hosts_with_data():
-    machine = Machine.objects.create(name="new", provider="ssh", host="10.0.0.2")
+    machine = Machine.objects.create(name="new", provider="ssh", host="127.0.0.2")
     (view,) = readmodel.load_machines(timezone.now().timestamp(), [machine.pk])
     assert view.stale is False  # nothing shown, so nothing stale
 

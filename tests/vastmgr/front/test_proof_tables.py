@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def machines():
     return (Machine.objects.create(name="alpha", provider="local"),
-            Machine.objects.create(name="b" * 100, provider="ssh", host="10.0.0.2"))
+            Machine.objects.create(name="b" * 100, provider="ssh", host="127.0.0.2"))
 
 
 def make_job(machine=None, *, seed=1, kind="winning-post", status="done", took=None, age=0):

@@ -88,8 +88,8 @@ async def test_a_rented_machine_stuck_in_registered_is_destroyed_at_its_timeout(
 
 
 async def test_timeouts_follow_the_state_and_spare_an_operators_ssh_host():
-    ssh = await Machine.objects.acreate(name="ssh-1", host="10.0.0.1")
-    busy = await Machine.objects.acreate(name="ssh-2", host="10.0.0.2")
+    ssh = await Machine.objects.acreate(name="ssh-1", host="127.0.0.1")
+    busy = await Machine.objects.acreate(name="ssh-2", host="127.0.0.2")
     await sync_to_async(walk)(busy, "provisioning")
     clock = Clock()
     automation = Automation(settings(state_timeouts_min={"registered": 30, "provisioning": 90}),
@@ -141,7 +141,7 @@ async def test_a_good_benchmark_passes_the_gate_and_feeds_the_estimate(fake_vast
 
 
 async def test_an_idle_machine_is_destroyed_only_after_n_quiet_minutes():
-    machine = await Machine.objects.acreate(name="ssh-idle", host="10.0.0.3")
+    machine = await Machine.objects.acreate(name="ssh-idle", host="127.0.0.3")
     await sync_to_async(walk)(machine, "running")
     job = await ProofJob.objects.acreate(machine=machine, kind="winning-post", seed=1,
                                          status=ProofJob.Status.RUNNING)
@@ -164,7 +164,7 @@ async def test_an_idle_machine_is_destroyed_only_after_n_quiet_minutes():
 
 
 async def test_offline_and_failed_job_alerts_reach_the_webhook_once(webhook):
-    machine = await Machine.objects.acreate(name="ssh-off", host="10.0.0.4")
+    machine = await Machine.objects.acreate(name="ssh-off", host="127.0.0.4")
     await sync_to_async(walk)(machine, "running")
     clock = Clock()
     await sync_to_async(machine.mark_seen)(clock())
@@ -196,7 +196,7 @@ async def test_offline_and_failed_job_alerts_reach_the_webhook_once(webhook):
 
 
 async def test_a_failing_webhook_is_an_error_event_not_a_crash(webhook):
-    machine = await Machine.objects.acreate(name="ssh-hook", host="10.0.0.5")
+    machine = await Machine.objects.acreate(name="ssh-hook", host="127.0.0.5")
     await sync_to_async(walk)(machine, "running")
     clock = Clock()
     automation = Automation(settings(alert_webhook_url=webhook.url + "-missing",
@@ -208,7 +208,7 @@ async def test_a_failing_webhook_is_an_error_event_not_a_crash(webhook):
 
 
 async def test_money_spent_is_price_times_billed_hours():
-    machine = await Machine.objects.acreate(name="paid", host="10.0.0.6",
+    machine = await Machine.objects.acreate(name="paid", host="127.0.0.6",
                                             price_per_hour=Decimal("0.5"))
     start = timezone.now()
     remote = await RemoteMachine.objects.acreate(machine=machine, billing_started=start)
