@@ -13,16 +13,13 @@ from asgiref.sync import sync_to_async
 
 from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
 from vastmgr.fleet.models import Machine
+from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.remote.cuzk_grpc import generate
 from vastmgr.remote.cuzk_grpc import proving_pb2 as pb
-from vastmgr.remote.cuzk_grpc.client import (
-    MAX_MESSAGE_BYTES,
-    CuzkClient,
-    CuzkError,
-    DaemonAddress,
-)
+from vastmgr.remote.cuzk_grpc.client import MAX_MESSAGE_BYTES, CuzkClient, CuzkError
 from vastmgr.remote.models import RemoteMachine, Secret
 from vastmgr.remote.ssh import LinkPool
+from vastmgr.remote.tunnel import SSHTunnelTransport
 
 C1_OUTPUT = json.dumps({"registered_proof": "StackedDrg32GiBV1_1", "vanilla_proofs": {}}).encode()
 
@@ -199,10 +196,11 @@ async def test_a_unix_socket_on_the_machine_through_the_real_sshd(sshd_host, cli
                                           client_key.export_private_key().decode())
         pool = LinkPool()
         try:
-            link = pool.get(machine.pk)
-            port = await link.tunnel_to_path(str(run / "cuzk.sock"))
-            assert await link.tunnel_to_path(str(run / "cuzk.sock")) == port  # one forward
-            async with CuzkClient(f"127.0.0.1:{port}") as client:
+            transport = SSHTunnelTransport(machine, pool=pool)
+            address = DaemonAddress.parse(f"unix://{run}/cuzk.sock")
+            target = await transport.grpc_target(address)
+            assert await transport.grpc_target(address) == target  # one forward, reused
+            async with CuzkClient(target) as client:
                 preload = await client.preload_srs("wpost-32g")
                 status = await client.get_status()
         finally:

@@ -14,9 +14,7 @@ callers can tell "the daemon does not know that job" (NOT_FOUND) from "the daemo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Self
-from urllib.parse import urlsplit
 
 import grpc
 import grpc.aio
@@ -28,8 +26,6 @@ from vastmgr.remote.cuzk_grpc.proving_pb2_grpc import ProvingEngineStub
 # cuzk-daemon's server refuses messages above 128 MiB each way (main.rs); a PoRep C1 output is
 # ~50 MB for a 32 GiB sector. Sending more would only be refused after the upload.
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
-UNIX_SCHEME, TCP_SCHEME = "unix", "grpc"
-UPSTREAM_DEFAULT_SOCKET = "/run/curio/cuzk.sock"
 DEFAULT_TIMEOUT = 10.0
 
 PROOF_KINDS: dict[str, int] = {
@@ -48,53 +44,6 @@ class CuzkError(TransportError):
     def __init__(self, method: str, code: grpc.StatusCode, details: str):
         self.method, self.code, self.details = method, code, details
         super().__init__(f"cuzk {method}: {code.name}: {details}")
-
-
-@dataclass(frozen=True)
-class DaemonAddress:
-    """Where a cuzk daemon listens: a TCP host and port, or a unix socket path."""
-
-    scheme: str  # UNIX_SCHEME or TCP_SCHEME
-    host: str = ""
-    port: int = 0
-    path: str = ""
-
-    @classmethod
-    def parse(cls, url: str) -> DaemonAddress:
-        """`grpc://HOST:PORT` or `unix:///absolute/path`; ValueError says what is wrong."""
-        url = url.strip()
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as exc:
-            raise ValueError(f"{url!r}: {exc}") from None
-        if parts.scheme == UNIX_SCHEME:
-            if parts.netloc or not parts.path.startswith("/") or parts.query or parts.fragment:
-                raise ValueError(f"{url!r}: a unix socket is unix:///absolute/path/to/cuzk.sock")
-            return cls(UNIX_SCHEME, path=parts.path)
-        if parts.scheme == TCP_SCHEME:
-            if not parts.hostname or not port:
-                raise ValueError(f"{url!r}: give grpc://HOST:PORT (Curio's docs use port 9820)")
-            if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-                raise ValueError(f"{url!r}: give only grpc://HOST:PORT")
-            return cls(TCP_SCHEME, host=parts.hostname, port=port)
-        raise ValueError(f"{url!r}: a cuzk daemon is grpc://HOST:PORT or unix:///path "
-                         "(its API is gRPC without TLS)")
-
-    @property
-    def url(self) -> str:
-        if self.scheme == UNIX_SCHEME:
-            return f"unix://{self.path}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"grpc://{host}:{self.port}"
-
-    @property
-    def target(self) -> str:
-        """The address as grpc dials it (here, not through SSH)."""
-        if self.scheme == UNIX_SCHEME:
-            return f"unix://{self.path}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
 
 
 def channel_options() -> Sequence[tuple[str, int]]:

@@ -1,0 +1,204 @@
+"""Watching Curio's cuzk daemon through its gRPC API (GetStatus), merged with its status server
+when that is on, and flagging where the two mislead. The daemon is the strict fake
+(fake_cuzk_daemon.py); its status server, when a test turns it on, is fake_upstream.py."""
+
+import html as entities
+import re
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+
+from tests.vastmgr.controller.test_upstream import lies_in
+from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
+from tests.vastmgr.fake_upstream import FakeUpstream, pipeline, snapshot, worker
+from tests.vastmgr.live_engine import running_controller, wait_until
+from tests.vastmgr.remote.test_cuzk_grpc import porep
+from vastmgr.controller.upstream import STATUS_OFF, map_daemon_status, merge_sources
+from vastmgr.fleet.lie_detector import LieDetector
+from vastmgr.fleet.models import Machine, MachineStatus
+from vastmgr.fleet.transport import DaemonAddress
+from vastmgr.front import fragments
+from vastmgr.remote.cuzk_grpc.client import CuzkClient
+
+UPSTREAM = Machine.Flavour.CUZK_UPSTREAM
+NR = "not reported"
+
+
+async def status_of(daemon: FakeCuzkDaemon):
+    async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+        return await client.get_status()
+
+
+async def proving(daemon: FakeCuzkDaemon, job: str) -> None:
+    """Submit a PoRep as Curio would, and wait until a GPU worker holds it."""
+    async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+        await client.submit(porep(job))
+        deadline = time.monotonic() + 10
+        while not any(g.current_job_id == job for g in (await client.get_status()).gpus):
+            assert time.monotonic() < deadline, f"{job} never reached a GPU"
+
+
+def checked(raw, problem, status, detector=None):
+    detector = detector or LieDetector()
+    merged = merge_sources(raw, problem, status, 1)
+    return merged, {lie.code for lie in detector.check(merged, time.time())}
+
+
+# ---- the mapping ----------------------------------------------------------------------------
+
+async def test_get_status_is_gathered_per_gpu_and_hard_coded_zeros_are_not_reported():
+    with FakeCuzkDaemon(gpus=[FakeGPU(0), FakeGPU(1)], synthesis_s=5, gpu_s=5) as daemon:
+        await proving(daemon, "porep-1000-42")
+        mapped = map_daemon_status(await status_of(daemon))
+    assert [g["ordinal"] for g in mapped["gpus"]] == [0, 1]
+    assert [g["entries"] for g in mapped["gpus"]] == [2, 2]
+    jobs = [j for g in mapped["gpus"] for j in g["jobs"]]
+    assert jobs == [{"job_id": "porep-1000-42", "proof_kind": "porep-c2"}]
+    assert mapped["gpus"][0]["vram_total_bytes"] == 32 << 30
+    assert "pinned_memory_bytes" not in mapped and "pinned_memory_limit_bytes" not in mapped
+    assert mapped["total_proofs_completed"] == 0  # a real 0 stays 0
+
+
+async def test_a_gpu_nvidia_smi_did_not_list_has_no_name_or_vram():
+    with FakeCuzkDaemon(gpus=[], workers_per_gpu=1) as daemon:
+        daemon.state.workers.append((3, None))  # a worker on ordinal 3, which nvidia-smi lacks
+        mapped = map_daemon_status(await status_of(daemon))
+    assert mapped["gpus"] == [{"ordinal": 3, "entries": 1, "jobs": []}]
+
+
+# ---- the lies, each caught against the fake ------------------------------------------------
+
+async def test_gpus_listed_once_per_worker_are_flagged():
+    with FakeCuzkDaemon(workers_per_gpu=2) as two, FakeCuzkDaemon(workers_per_gpu=1) as one:
+        assert "gpus-per-worker" in checked(None, STATUS_OFF, await status_of(two))[1]
+        assert "gpus-per-worker" not in checked(None, STATUS_OFF, await status_of(one))[1]
+
+
+async def test_hard_coded_pinned_memory_and_srs_fields_are_flagged():
+    with FakeCuzkDaemon() as daemon:
+        _, before = checked(None, STATUS_OFF, await status_of(daemon))
+        async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+            await client.preload_srs("porep-32g")
+        _, after = checked(None, STATUS_OFF, await status_of(daemon))
+    assert "pinned-unreported" in before and "srs-hardcoded" not in before
+    assert {"pinned-unreported", "srs-hardcoded"} <= after
+
+
+async def test_an_srs_loaded_on_demand_is_missing_from_loaded_srs():
+    with FakeCuzkDaemon(synthesis_s=5, gpu_s=5) as daemon:
+        await proving(daemon, "porep-1000-43")
+        _, lies = checked(None, STATUS_OFF, await status_of(daemon))
+        assert "srs-unlisted" in lies
+    with FakeCuzkDaemon(synthesis_s=5, gpu_s=5) as preloaded:
+        async with CuzkClient(DaemonAddress.parse(preloaded.url).target) as client:
+            await client.preload_srs("porep-32g")
+        await proving(preloaded, "porep-1000-44")
+        assert "srs-unlisted" not in checked(None, STATUS_OFF, await status_of(preloaded))[1]
+
+
+async def test_status_counters_below_the_grpc_totals_are_flagged():
+    """A WindowPoSt proof ends through the gRPC path only: GetStatus counts it, /status does
+    not."""
+    idle = snapshot(100.0, counters={"total_completed": 0, "total_failed": 0,
+                                     "completed_by_kind": {}, "failed_by_kind": {},
+                                     "queue_depth": 0})
+    with FakeCuzkDaemon(synthesis_s=0.05, gpu_s=0.05) as daemon:
+        assert "counters-undercount" not in checked(idle, "", await status_of(daemon))[1]
+        async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+            await client.submit(porep("wpost-1"))
+            await client.await_proof("wpost-1", timeout=10)
+        merged, lies = checked(idle, "", await status_of(daemon))
+    assert "counters-undercount" in lies
+    assert merged["sources"]["pipelines"] == "GET /status"
+
+
+async def test_queues_that_leave_out_waiting_partitions_are_flagged():
+    """/status shows a job's partitions waiting for synthesis and a GPU; GetStatus' queues count
+    only jobs not started, so they read 0 pending."""
+    waiting = snapshot(100.0, pipelines=[pipeline("porep-1000-45", ["gpu", "gpu"] + ["pending"] * 8,
+                                                  20.0)],
+                       workers=[worker(0, "porep-1000-45", 0, 3.0),
+                                worker(1, "porep-1000-45", 1, 2.0)])
+    with FakeCuzkDaemon(synthesis_s=5, gpu_s=5) as daemon:
+        await proving(daemon, "porep-1000-45")
+        status = await status_of(daemon)
+    assert not status.queues or all(q.pending == 0 for q in status.queues)
+    assert "queue-hides-partitions" in checked(waiting, "", status)[1]
+
+
+# ---- the controller and the panel -----------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_daemon_on_a_unix_socket_is_watched_through_get_status(monkeypatch):
+    """Curio's own configuration: gRPC on a unix socket, the status server off."""
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    with FakeCuzkDaemon(gpus=[FakeGPU(0, name="NVIDIA RTX A6000")], synthesis_s=30,
+                        gpu_s=30) as daemon:
+        machine = await Machine.objects.acreate(
+            name="curio-grpc", provider="local", host="127.0.0.1", engine_port=0,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        async with running_controller() as controller:
+            await wait_until(lambda: controller.hosts.get(machine.pk)
+                             and controller.hosts[machine.pk].live.connected)
+            await proving(daemon, "porep-1000-46")
+            async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+                await client.submit(porep("porep-1000-47"))
+                await client.submit(porep("porep-1000-48"))
+            live = await wait_until(
+                lambda: (s := controller.hosts[machine.pk].live.snapshot) and
+                any(q["pending"] for q in s["daemon"]["queues"])
+                and controller.hosts[machine.pk].live, timeout=10)
+            truth = await status_of(daemon)
+            assert live.client is None  # watched, never given work
+            await wait_until(lambda: MachineStatus.objects.filter(
+                machine=machine, snapshot__daemon__queues__0__pending__gte=1).aexists())
+        html = await database_sync_to_async(fragments.render_machine_panel)(
+            await Machine.objects.aget(pk=machine.pk))
+    # The panel against the daemon's own answer at that moment.
+    assert 'data-gpu="0"' in html and "NVIDIA RTX A6000" in html
+    busy = {g.current_job_id for g in truth.gpus if g.current_job_id}
+    assert busy and all(f'data-gpu-job="{job}"' in html for job in busy)
+    pending = {q.proof_kind: q.pending for q in truth.queues}
+    row = re.search(r'<tr data-queue="porep-c2"><td>porep-c2</td><td>(\d+)</td>', html)
+    assert row and int(row.group(1)) == pending["porep-c2"]
+    sources = {part: entities.unescape(source) for part, source in re.findall(
+        r'data-source="(\w+)">\w+: (?:<b>|<span class="not-reported">)([^<]+)<', html)}
+    assert sources["gpus"] == "GetStatus" and sources["queues"] == "GetStatus"
+    assert sources["pipelines"].startswith("not reported: the daemon's HTTP status server is off")
+    assert "Pipelines <span class=\"not-reported\"" in html
+    assert {"gpus-per-worker", "pinned-unreported", "srs-unlisted"} <= lies_in(html)
+    assert "through its gRPC API at <code>unix:///" in html
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_the_status_server_on_both_sources_are_merged(monkeypatch):
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    with FakeCuzkDaemon() as daemon, FakeUpstream() as status_server:
+        machine = await Machine.objects.acreate(
+            name="curio-both", provider="local", host="127.0.0.1", engine_port=status_server.port,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        async with running_controller() as controller:
+            live = await wait_until(lambda: controller.hosts.get(machine.pk)
+                                    and controller.hosts[machine.pk].live.connected
+                                    and controller.hosts[machine.pk].live)
+    assert live.snapshot["sources"]["pipelines"] == "GET /status"
+    assert live.snapshot["sources"]["gpus"] == "GetStatus"
+    assert [p["job_id"] for p in live.snapshot["pipelines"]] == [
+        "porep-1000-42-task7", "snap-1000-7"]
+    assert live.snapshot["daemon"]["gpus"][0]["ordinal"] == 0
+    assert status_server.requests
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_daemon_that_does_not_answer_get_status_is_down_with_the_reason(monkeypatch,
+                                                                               tmp_path):
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    machine = await Machine.objects.acreate(
+        name="curio-gone", provider="local", host="127.0.0.1", engine_port=0,
+        engine_url=f"unix://{tmp_path}/cuzk.sock", engine_flavour=UPSTREAM, state="running")
+    async with running_controller() as controller:
+        live = await wait_until(lambda: controller.hosts.get(machine.pk)
+                                and controller.hosts[machine.pk].live.error
+                                and controller.hosts[machine.pk].live)
+    assert not live.connected and "GetStatus: UNAVAILABLE" in live.error
