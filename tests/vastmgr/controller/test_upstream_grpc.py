@@ -6,8 +6,10 @@ import html as entities
 import re
 import time
 
+import asyncssh
 import pytest
 from channels.db import database_sync_to_async
+from django.core.management import CommandError, call_command
 
 from tests.vastmgr.controller.test_upstream import lies_in
 from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
@@ -202,3 +204,59 @@ async def test_a_daemon_that_does_not_answer_get_status_is_down_with_the_reason(
                                 and controller.hosts[machine.pk].live.error
                                 and controller.hosts[machine.pk].live)
     assert not live.connected and "GetStatus: UNAVAILABLE" in live.error
+
+
+# ---- adding one -----------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_machines_add_takes_a_grpc_or_unix_engine_url(capsys):
+    call_command("machines", "add", "--name", "curio-tcp", "--engine-url", "grpc://127.0.0.1:9820",
+                 "--flavour", "cuzk-upstream")
+    call_command("machines", "add", "--name", "curio-sock", "--engine-url",
+                 "unix:///run/curio/cuzk.sock", "--flavour", "cuzk-upstream",
+                 "--status-url", "http://127.0.0.1:9821")
+    tcp, sock = Machine.objects.get(name="curio-tcp"), Machine.objects.get(name="curio-sock")
+    assert (tcp.engine_url, tcp.host, tcp.engine_port, tcp.state) == (
+        "grpc://127.0.0.1:9820", "127.0.0.1", 0, "running")
+    assert tcp.speaks_grpc and not tcp.status_server
+    assert (sock.engine_url, sock.engine_port, sock.status_server) == (
+        "unix:///run/curio/cuzk.sock", 9821, True)
+    call_command("machines", "list")
+    out = capsys.readouterr().out
+    assert "grpc://127.0.0.1:9820 (status server off)" in out
+    assert "unix:///run/curio/cuzk.sock + status :9821" in out
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engine-url", "grpc://127.0.0.1:9820"], "--flavour cuzk-upstream"),
+    (["--engine-url", "grpc://127.0.0.1", "--flavour", "cuzk-upstream"], "grpc://HOST:PORT"),
+    (["--engine-url", "unix://run/cuzk.sock", "--flavour", "cuzk-upstream"], "absolute"),
+    (["--engine-url", "http://127.0.0.1:9821", "--status-url", "http://127.0.0.1:1"],
+     "--status-url goes with"),
+])
+def test_machines_add_refuses_bad_daemon_urls_clearly(args, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("machines", "add", "--name", "x", *args)
+    assert not Machine.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_add_machine_form_takes_the_daemons_grpc_address(admin_client, tmp_path):
+    page = admin_client.get("/remote/machines/add/").content.decode()
+    assert 'name="engine_url"' in page and "unix:///run/curio/cuzk.sock" in page
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    base = {"name": "curio-ssh", "host": "127.0.0.1", "ssh_port": 22, "ssh_user": "root",
+            "private_key": key, "key_file": "", "engine_port": "",
+            "engine_url": "unix:///run/curio/cuzk.sock"}
+    refused = admin_client.post("/remote/machines/add/", {**base, "engine_flavour": "cuzk_engine"})
+    assert refused.status_code == 200 and "is for a cuzk-upstream daemon" in refused.content.decode()
+    bad = admin_client.post("/remote/machines/add/", {**base, "engine_flavour": UPSTREAM,
+                                                      "engine_url": "unix://cuzk.sock"})
+    assert bad.status_code == 200 and "absolute" in bad.content.decode()
+    assert not Machine.objects.exists()
+    answer = admin_client.post("/remote/machines/add/", {**base, "engine_flavour": UPSTREAM})
+    assert answer.status_code == 302
+    machine = Machine.objects.get(name="curio-ssh")
+    assert (machine.engine_url, machine.engine_port, machine.provider, machine.state) == (
+        "unix:///run/curio/cuzk.sock", 0, "ssh", "running")
