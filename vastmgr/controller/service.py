@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
+from vastmgr.controller import daemon_actions
 from vastmgr.controller import instrumentation as controller_metrics
 from vastmgr.controller.dispatch import Dispatcher
 from vastmgr.controller.hosts import ConnectedEngine, WatchedMachine
@@ -47,6 +48,7 @@ from vastmgr.front.viewers import ViewerRegistry
 from vastmgr.lib.errors import TransportError
 from vastmgr.proofs import jobs
 from vastmgr.proofs.models import ProofJob
+from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
 log = logging.getLogger(__name__)
 
@@ -459,10 +461,22 @@ class FleetController:
             MachineAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
         for action in pending:
             engine = self.dispatcher.connected(action.machine_id)
-            if engine is None:
+            host = self.hosts.get(action.machine_id)
+            daemon = host.live.daemon if host is not None and host.live.connected else None
+            if engine is None and daemon is None:
                 continue
             self.actions.add(action.pk)
-            self.spawn(self._run_action(action, engine.client))
+            if engine is not None:
+                self.spawn(self._run_action(action, engine.client))
+            else:
+                self.spawn(self._run_daemon_action(action, cast(CuzkClient, daemon)))
+
+    async def _run_daemon_action(self, action: MachineAction, daemon: CuzkClient) -> None:
+        """An SRS action on an upstream daemon, through its gRPC API; what it answered is
+        recorded as it said it (EvictSRS is not implemented upstream and says so)."""
+        outcome, error = await daemon_actions.srs_action(daemon, action.action, action.circuit_id)
+        await database_sync_to_async(_finish_action)(action, error, outcome)
+        self.actions.discard(action.pk)
 
     async def _run_action(self, action: MachineAction, client: EngineClient) -> None:
         try:
@@ -561,12 +575,12 @@ def _store_history(samples: list[MachineSample], now: float, keep: float | None,
     return [(viewers.machine_group(m.pk), fragments.render_machine_charts(m, now)) for m in machines]
 
 
-def _finish_action(action: MachineAction, error: str) -> None:
+def _finish_action(action: MachineAction, error: str, outcome: str = "") -> None:
     action.done_at = timezone.now()
     action.error = error
     action.save(update_fields=["done_at", "error"])
     verb = "preloaded" if action.action == MachineAction.Action.PRELOAD else "evicted"
     Event.record("srs", f"{action.machine.name}: SRS {action.circuit_id} "
-                 + (f"not {verb}: {error}" if error else verb),
+                 + (f"not {verb}: {error}" if error else outcome or verb),
                  machine=action.machine, level=Event.Level.ERROR if error else Event.Level.INFO)
 

@@ -41,14 +41,14 @@ def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 def machine_panel(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=machine_id)
-    return _machine_page(request, machine, SrsActionForm())
+    return _machine_page(request, machine, SrsActionForm(upstream=machine.speaks_grpc))
 
 
 def _machine_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
                status: int = 200) -> HttpResponse:
     return render(request, "fleet/machine_panel.html", {
-        "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
-        "circuit_pattern": SrsActionForm.circuit_pattern(),
+        "machine": machine, "srs_form": srs_form, "circuit_ids": srs_form.circuit_ids(),
+        "circuit_pattern": srs_form.circuit_pattern(), "circuit_example": srs_form.example(),
         "state_html": _host_state(machine, request.GET.get("window")),
     }, status=status)
 
@@ -83,10 +83,11 @@ def machine_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespo
         return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
                                      content_type="text/plain; charset=utf-8")
     machine = get_object_or_404(Machine, pk=machine_id)
-    form = SrsActionForm(request.POST)
-    if not machine.can_prove:
-        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: SRS actions go "
-                                "through its gRPC API, which vastmgr does not drive.")
+    form = SrsActionForm(request.POST, upstream=machine.speaks_grpc)
+    if not machine.can_prove and not machine.speaks_grpc:
+        messages.error(request, f"{machine.name} is an upstream cuzk daemon known by its status "
+                                "server only: SRS actions go through its gRPC API; give its "
+                                "gRPC address to drive it.")
     elif form.is_valid():
         MachineAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
         messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"

@@ -9,7 +9,9 @@ import time
 import asyncssh
 import pytest
 from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from tests.vastmgr.controller.test_upstream import lies_in
 from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
@@ -18,7 +20,7 @@ from tests.vastmgr.live_engine import running_controller, wait_until
 from tests.vastmgr.remote.test_cuzk_grpc import porep
 from vastmgr.controller.upstream import STATUS_OFF, map_daemon_status, merge_sources
 from vastmgr.fleet.lie_detector import LieDetector
-from vastmgr.fleet.models import Machine, MachineStatus
+from vastmgr.fleet.models import Event, Machine, MachineAction, MachineStatus
 from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.front import fragments
 from vastmgr.remote.cuzk_grpc.client import CuzkClient
@@ -260,3 +262,46 @@ def test_the_add_machine_form_takes_the_daemons_grpc_address(admin_client, tmp_p
     machine = Machine.objects.get(name="curio-ssh")
     assert (machine.engine_url, machine.engine_port, machine.provider, machine.state) == (
         "unix:///run/curio/cuzk.sock", 0, "ssh", "running")
+
+
+# ---- driving what upstream allows -----------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+async def test_srs_preload_and_evict_from_the_machine_page_go_through_grpc(monkeypatch):
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    client = Client()
+    await database_sync_to_async(client.force_login)(await database_sync_to_async(
+        get_user_model().objects.create_user)("ops", is_staff=True))
+    with FakeCuzkDaemon() as daemon:
+        machine = await Machine.objects.acreate(
+            name="curio-srs", provider="local", host="127.0.0.1", engine_port=0,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        page = (await database_sync_to_async(client.get)(f"/machines/{machine.pk}/")).content
+        assert b'id="host-srs-form"' in page and b"<code>porep-32g</code>" in page
+        wrong = await database_sync_to_async(client.post)(
+            f"/machines/{machine.pk}/srs/", {"action": "preload", "circuit_id": "porep-c2.tiny"})
+        assert wrong.status_code == 400 and b"one of porep-32g, snap-32g" in wrong.content
+        async with running_controller() as controller:
+            await wait_until(lambda: controller.hosts.get(machine.pk)
+                             and controller.hosts[machine.pk].live.connected)
+            for action in ("preload", "evict"):
+                answer = await database_sync_to_async(client.post)(
+                    f"/machines/{machine.pk}/srs/", {"action": action, "circuit_id": "porep-32g"})
+                assert answer.status_code == 302
+            async def both_done() -> bool:
+                return await MachineAction.objects.filter(done_at__isnull=False).acount() == 2
+
+            await wait_until(both_done, timeout=10)
+            await wait_until(lambda: any(
+                s["circuit_id"] == "porep-32g" for s in
+                controller.hosts[machine.pk].live.snapshot["daemon"]["loaded_srs"]))
+        assert daemon.calls("PreloadSRS") == ["porep-32g"]
+        assert daemon.calls("EvictSRS") == ["porep-32g"]
+    messages = sorted([e.message async for e in Event.objects.filter(kind="srs")])
+    assert len(messages) == 2
+    assert "not evicted: the daemon answered was_loaded=false" in messages[0]
+    assert "EvictSRS is not implemented upstream, so nothing was evicted" in messages[0]
+    assert messages[1].startswith("curio-srs: SRS porep-32g preloaded in ")
+    html = await database_sync_to_async(fragments.render_machine_panel)(
+        await Machine.objects.aget(pk=machine.pk))
+    assert 'data-daemon-circuit="porep-32g"' in html  # still listed: upstream never evicts
