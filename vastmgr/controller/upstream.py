@@ -259,7 +259,7 @@ class UpstreamWatcher(MachineWatcher):
                  session: aiohttp.ClientSession, clock: Callable[[], float],
                  interval: float, *, connect_slots: asyncio.Semaphore | None = None):
         super().__init__(live, transport, session, clock, interval, connect_slots=connect_slots)
-        self.detector = LieDetector()
+        self.detector = live.detector = LieDetector()
         self.polls = 0
 
     async def _follow(self, endpoint: EngineEndpoint, slot: RampSlot) -> None:

@@ -88,6 +88,8 @@ TITLES = {
     "queue-hides-partitions": "queues leave out partitions waiting",
     "counters-undercount": "/status counts fewer proofs than GetStatus",
     "synthesis-max-uncapped": "synthesis.max_concurrent ignores max_parallel_synthesis",
+    "assigned-gpu-empty": "SubmitProof never says which GPU",
+    "cancel-noop": "CancelProof said not running, the proof runs on",
 }
 # Upstream's vocabularies for one proof kind: /status and GetStatus' proof_kind (Display), and the
 # prefix of its SRS circuit ids (porep-32g, ...). Its metrics use a third (porep_c2).
@@ -113,6 +115,19 @@ class LieDetector:
         self.series: dict[str, deque[tuple[float, float]]] = {}  # counter -> (time, excess)
         self.tally: dict[str, Sightings] = {}
         self.present: set[str] = set()
+        # What the daemon answered to calls we made (gRPC), checked against what it shows next.
+        self.unassigned: set[str] = set()  # jobs SubmitProof gave no GPU
+        self.not_running: set[str] = set()  # jobs CancelProof called not running
+
+    def note_submitted(self, job_id: str, assigned_gpu: str) -> None:
+        """SubmitProof's answer for a job (upstream's assigned_gpu is always empty)."""
+        if not assigned_gpu:
+            self.unassigned.add(job_id)
+
+    def note_cancelled(self, job_id: str, was_running: bool) -> None:
+        """CancelProof's answer for a job (upstream's was_running is always false)."""
+        if not was_running:
+            self.not_running.add(job_id)
 
     # ---- the entry point --------------------------------------------------------------
 
@@ -436,6 +451,23 @@ class LieDetector:
                 "pinned-unreported", "GetStatus says pinned memory 0 of 0 bytes",
                 "the CUDA pinned-memory pool is in use but not reported: shown as not reported",
                 "service.rs hard-codes pinned_memory_bytes and pinned_memory_limit_bytes to 0"))
+        on_gpu = {job["job_id"]: gpu.get("ordinal") for gpu in daemon.get("gpus", [])
+                  for job in gpu.get("jobs", [])}
+        for job_id in sorted(self.unassigned & set(on_gpu)):
+            lies.append(Lie(
+                "assigned-gpu-empty",
+                f"SubmitProof answered assigned_gpu \"\" for job {job_id}, now on GPU "
+                f"{on_gpu[job_id]}",
+                "the daemon never says where a job will run; GetStatus shows it once it runs",
+                "service.rs always answers assigned_gpu with an empty string"))
+        for job_id in sorted(self.not_running & set(on_gpu)):
+            lies.append(Lie(
+                "cancel-noop",
+                f"CancelProof answered was_running=false for job {job_id}, which is on GPU "
+                f"{on_gpu[job_id]}",
+                "the proof was not cancelled and runs on: upstream cannot stop a proof",
+                "CancelProof is not implemented: it logs a warning and answers "
+                "was_running=false"))
         listed = {row.get("circuit_id", "") for row in daemon.get("loaded_srs", [])}
         proving_kinds = {job["proof_kind"] for gpu in daemon.get("gpus", [])
                          for job in gpu.get("jobs", [])}

@@ -5,11 +5,13 @@ when that is on, and flagging where the two mislead. The daemon is the strict fa
 import html as entities
 import re
 import time
+from decimal import Decimal
 
 import asyncssh
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -17,12 +19,13 @@ from tests.vastmgr.controller.test_upstream import lies_in
 from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
 from tests.vastmgr.fake_upstream import FakeUpstream, pipeline, snapshot, worker
 from tests.vastmgr.live_engine import running_controller, wait_until
-from tests.vastmgr.remote.test_cuzk_grpc import porep
+from tests.vastmgr.remote.test_cuzk_grpc import C1_OUTPUT, porep
 from vastmgr.controller.upstream import STATUS_OFF, map_daemon_status, merge_sources
 from vastmgr.fleet.lie_detector import LieDetector
 from vastmgr.fleet.models import Event, Machine, MachineAction, MachineStatus
 from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.front import fragments
+from vastmgr.proofs.models import BenchmarkProof
 from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
 UPSTREAM = Machine.Flavour.CUZK_UPSTREAM
@@ -305,3 +308,169 @@ async def test_srs_preload_and_evict_from_the_machine_page_go_through_grpc(monke
     html = await database_sync_to_async(fragments.render_machine_panel)(
         await Machine.objects.aget(pk=machine.pk))
     assert 'data-daemon-circuit="porep-32g"' in html  # still listed: upstream never evicts
+
+
+async def staff_client() -> Client:
+    client = Client()
+    await database_sync_to_async(client.force_login)(await database_sync_to_async(
+        get_user_model().objects.create_user)("bench-ops", is_staff=True))
+    return client
+
+
+def benchmark_post(**overrides) -> dict:
+    return {"proof_kind": "porep-c2", "registered_proof": 8, "sector_size": 32 << 30,
+            "miner_id": 1000, "sector_number": 7, "randomness": "", "partition_index": 0,
+            "input_path": "", **overrides}
+
+
+def c1_upload() -> SimpleUploadedFile:
+    return SimpleUploadedFile("c1.json", C1_OUTPUT, content_type="application/json")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_benchmark_proof_runs_to_completion_and_its_rate_and_cost_appear(monkeypatch):
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    client = await staff_client()
+    with FakeCuzkDaemon(synthesis_s=0.5, gpu_s=1.0) as daemon:
+        machine = await Machine.objects.acreate(
+            name="curio-bench", provider="local", host="127.0.0.1", engine_port=0,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running",
+            price_per_hour=Decimal("2.5"))
+        async with running_controller() as controller:
+            await wait_until(lambda: controller.hosts.get(machine.pk)
+                             and controller.hosts[machine.pk].live.connected)
+            answer = await database_sync_to_async(client.post)(
+                f"/machines/{machine.pk}/benchmarks/", {**benchmark_post(),
+                                                        "input_file": c1_upload()})
+            assert answer.status_code == 302
+            bench = await BenchmarkProof.objects.aget()
+            # While it proves: SubmitProof named no GPU, GetStatus shows it on one.
+            await wait_until(lambda: "assigned-gpu-empty" in {
+                lie["code"] for lie in controller.hosts[machine.pk].live.snapshot["lies"]})
+
+            async def completed() -> bool:
+                return await BenchmarkProof.objects.filter(status="completed").aexists()
+
+            await wait_until(completed, timeout=20)
+        html = await database_sync_to_async(fragments.render_machine_panel)(
+            await Machine.objects.aget(pk=machine.pk))
+    bench = await BenchmarkProof.objects.aget(pk=bench.pk)
+    assert daemon.calls("SubmitProof") == [f"vastmgr-bench-{bench.pk}"]
+    assert bench.job_id == f"vastmgr-bench-{bench.pk}" and bench.assigned_gpu == ""
+    assert bench.gpu_compute_ms == 1000 and bench.synthesis_ms == 500
+    assert bench.total_ms is not None and bench.total_ms >= 1500
+    rate = 3_600_000 / bench.total_ms
+    assert bench.proofs_per_hour == pytest.approx(rate)
+    assert bench.dollars_per_proof == pytest.approx(2.5 / rate)
+    assert f'data-benchmark="{bench.pk}" data-benchmark-status="completed"' in html
+    assert f'data-rate="{rate:.2f}"' in html and f"{2.5 / rate:.4f}" in html
+    assert f'data-total-ms="{bench.total_ms}"' in html
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_cancel_is_sent_honestly_and_the_proof_runs_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    client = await staff_client()
+    c1 = tmp_path / "c1.json"
+    c1.write_bytes(C1_OUTPUT)
+    with FakeCuzkDaemon(synthesis_s=1.0, gpu_s=2.0) as daemon:
+        machine = await Machine.objects.acreate(
+            name="curio-cancel", provider="local", host="127.0.0.1", engine_port=0,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        async with running_controller() as controller:
+            await wait_until(lambda: controller.hosts.get(machine.pk)
+                             and controller.hosts[machine.pk].live.connected)
+            await database_sync_to_async(client.post)(
+                f"/machines/{machine.pk}/benchmarks/", benchmark_post(input_path=str(c1)))
+            bench = await BenchmarkProof.objects.aget()
+            assert bench.input_name == str(c1)
+
+            async def submitted() -> bool:
+                return await BenchmarkProof.objects.filter(status="submitted").aexists()
+
+            await wait_until(submitted, timeout=10)
+            page = (await database_sync_to_async(client.get)(f"/machines/{machine.pk}/")).content
+            assert b"Upstream cannot stop a running proof" in page
+            answer = await database_sync_to_async(client.post)(
+                f"/machines/{machine.pk}/benchmarks/{bench.pk}/cancel/", follow=True)
+            assert b"upstream cannot stop a running proof" in answer.content
+            again = await database_sync_to_async(client.post)(
+                f"/machines/{machine.pk}/benchmarks/{bench.pk}/cancel/")
+            assert again.status_code == 400 and b"already sent" in again.content
+            await wait_until(lambda: "cancel-noop" in {
+                lie["code"] for lie in controller.hosts[machine.pk].live.snapshot["lies"]})
+
+            async def completed() -> bool:
+                return await BenchmarkProof.objects.filter(status="completed").aexists()
+
+            await wait_until(completed, timeout=20)
+    bench = await BenchmarkProof.objects.aget(pk=bench.pk)
+    assert daemon.calls("CancelProof") == [bench.job_id]
+    assert bench.cancel_answer.startswith("CancelProof answered was_running=false: upstream does "
+                                          "not implement cancel")
+    assert bench.status == "completed"  # it ran on
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("fields", "message"), [
+    ({}, "upload a file or name one"),
+    ({"input_file": "bad"}, "not a PoRep C1 output"),
+    ({"input_file": "c1", "input_path": "/etc/hostname"}, "one of the two"),
+    ({"input_path": "relative/c1.json"}, "absolute path"),
+    ({"input_path": "/nonexistent/c1.json"}, "No such file"),
+    ({"input_file": "c1", "randomness": "zz"}, "64 hex digits"),
+    ({"input_file": "c1", "proof_kind": "winning-post"}, "needs its 32-byte randomness"),
+    ({"input_file": "c1", "proof_kind": "porep-c3"}, "not one of the available choices"),
+])
+def test_bad_benchmark_input_is_a_400_that_says_why(admin_client, fields, message):
+    machine = Machine.objects.create(name="curio-b", provider="local", host="127.0.0.1",
+                                     engine_port=0, engine_url="unix:///run/curio/cuzk.sock",
+                                     engine_flavour=UPSTREAM, state="running")
+    files = {"c1": c1_upload(), "bad": SimpleUploadedFile("c1.json", b"[1, 2]")}
+    post = benchmark_post(**{k: v for k, v in fields.items() if k != "input_file"})
+    if "input_file" in fields:
+        post["input_file"] = files[fields["input_file"]]
+    answer = admin_client.post(f"/machines/{machine.pk}/benchmarks/", post)
+    assert answer.status_code == 400 and message in entities.unescape(answer.content.decode())
+    assert not BenchmarkProof.objects.exists()
+
+
+@pytest.mark.django_db
+def test_benchmarks_need_staff_and_a_grpc_address(client, admin_client):
+    watched = Machine.objects.create(name="curio-http", provider="local", host="127.0.0.1",
+                                     engine_flavour=UPSTREAM, state="running")
+    answer = admin_client.post(f"/machines/{watched.pk}/benchmarks/",
+                               {**benchmark_post(), "input_file": c1_upload()})
+    assert answer.status_code == 400 and b"no cuzk gRPC address" in answer.content
+    client.force_login(get_user_model().objects.create_user("viewer"))
+    assert client.post(f"/machines/{watched.pk}/benchmarks/").status_code == 403
+    assert not BenchmarkProof.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_controller_that_restarts_mid_proof_awaits_the_same_job(monkeypatch):
+    """Nothing in flight is lost: a submitted benchmark is awaited again (never submitted
+    twice); one the daemon no longer knows (it restarted) fails with that reason."""
+    monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
+    with FakeCuzkDaemon(synthesis_s=0.5, gpu_s=0.5) as daemon:
+        machine = await Machine.objects.acreate(
+            name="curio-restart", provider="local", host="127.0.0.1", engine_port=0,
+            engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        fields = {"machine": machine, "proof_kind": "porep-c2", "registered_proof": 8,
+                  "sector_size": 32 << 30, "miner_id": 1000, "sector_number": 1,
+                  "input_name": "c1.json", "input_bytes": C1_OUTPUT, "status": "submitted"}
+        known = await BenchmarkProof.objects.acreate(**fields)
+        known.job_id = known.request_id
+        await known.asave(update_fields=["job_id"])
+        lost = await BenchmarkProof.objects.acreate(**fields, job_id="vastmgr-bench-gone")
+        async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+            await client.submit(porep(known.request_id))  # sent by the controller that died
+        async with running_controller():
+            async def settled() -> bool:
+                return not await BenchmarkProof.objects.filter(status="submitted").aexists()
+
+            await wait_until(settled, timeout=20)
+    known, lost = [await BenchmarkProof.objects.aget(pk=b.pk) for b in (known, lost)]
+    assert daemon.calls("SubmitProof") == [known.request_id]  # not submitted again
+    assert known.status == "completed" and known.total_ms
+    assert lost.status == "failed" and "no longer knows job vastmgr-bench-gone" in lost.error
