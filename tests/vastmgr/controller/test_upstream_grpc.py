@@ -295,9 +295,14 @@ async def test_srs_preload_and_evict_from_the_machine_page_go_through_grpc(monke
                 return await MachineAction.objects.filter(done_at__isnull=False).acount() == 2
 
             await wait_until(both_done, timeout=10)
-            await wait_until(lambda: any(
-                s["circuit_id"] == "porep-32g" for s in
-                controller.hosts[machine.pk].live.snapshot["daemon"]["loaded_srs"]))
+
+            async def stored_loaded() -> bool:
+                # The status row the pages render, not only the controller's memory.
+                row = await MachineStatus.objects.aget(machine=machine)
+                return any(s["circuit_id"] == "porep-32g"
+                           for s in row.snapshot.get("daemon", {}).get("loaded_srs", []))
+
+            await wait_until(stored_loaded)
         assert daemon.calls("PreloadSRS") == ["porep-32g"]
         assert daemon.calls("EvictSRS") == ["porep-32g"]
     messages = sorted([e.message async for e in Event.objects.filter(kind="srs")])
