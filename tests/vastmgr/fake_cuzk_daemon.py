@@ -20,7 +20,11 @@ e0294b0f), never from our client:
 - `GetMetrics` writes upstream's exact text: `cuzk_proofs_completed` declared a counter without
   `_total`, and `cuzk_proof_duration_seconds` `_count`/`_sum` computed from a ring of the last
   1,000 durations (not monotonic);
-- the HTTP status server is off by default (`status_listen = ""`).
+- the HTTP status server is off by default (`status_listen = ""`); turned on, it serves
+  upstream's `/status` from a copy of its StatusTracker (status.rs): PoRep and SnapDeals jobs
+  walk their partitions through it, PoSt jobs never appear (monolithic), only the partition
+  assembler's success counts in its counters, a failed job stays listed, completed jobs leave
+  after 30 s.
 
 Stricter than the real one: a PoRep C2 whose `vanilla_proof` is not a JSON object fails (upstream
 fails later, in the prover), and an empty `request_id` is INVALID_ARGUMENT.
@@ -47,6 +51,7 @@ from typing import Self
 
 import grpc
 
+from tests.vastmgr.fake_upstream import FakeUpstream
 from vastmgr.remote.cuzk_grpc import proving_pb2 as pb
 from vastmgr.remote.cuzk_grpc import proving_pb2_grpc
 
@@ -62,6 +67,8 @@ KINDS = {
 }
 CIRCUITS = ("porep-32g", "snap-32g", "wpost-32g", "winning-32g")
 RING = 1000  # engine.rs keeps the last 1000 proof durations
+# Partitions of the jobs upstream pipelines per partition (32 GiB sectors); PoSt is monolithic.
+PARTITIONS = {pb.POREP_SEAL_COMMIT: 10, pb.SNAP_DEALS_UPDATE: 16}
 
 
 @dataclass
@@ -108,6 +115,7 @@ class _State:
         self.fail_next: str | None = None
         self.calls: list[tuple[str, str]] = []  # (method, its key argument), for tests
         self.closed = False
+        self.tracker = _Tracker(self.workers, lambda: len(self.heap))
 
     def settle(self, job: Job, *, failed: bool) -> None:
         """Count a job that ended (the lock is held)."""
@@ -319,9 +327,28 @@ def _worker_loop(s: _State, slot: int) -> None:
             s.fail_next = None
         picked = time.monotonic()
         srs_s = s.srs_load_s if needs_srs else 0.0
-        time.sleep(srs_s + s.synthesis_s + s.gpu_s)  # the fake's stand-in for proving
+        partitions = PARTITIONS.get(job.kind, 0)
+        # The fake's stand-in for proving: sleeps as long as the configured phases. A
+        # partitioned job (PoRep, SnapDeals) walks its partitions through the status tracker, as
+        # upstream's pipeline does; a monolithic one (PoSt) never touches it.
+        if partitions:
+            s.tracker.register(job.job_id, KINDS[job.kind][0], partitions)
+        time.sleep(srs_s)
         with s.lock:
-            s.loaded.add(job.circuit)  # on demand: not listed in loaded_srs
+            s.loaded.add(job.circuit)  # on demand: in memory, never listed in loaded_srs
+        if partitions:
+            s.tracker.synthesize(job.job_id)
+        time.sleep(s.synthesis_s)
+        if partitions:
+            s.tracker.synthesized(job.job_id)
+            for index in range(partitions):
+                s.tracker.gpu_start(job.job_id, index, slot)
+                time.sleep(s.gpu_s / partitions)
+                # As upstream, a partition whose GPU step failed is marked done all the same.
+                s.tracker.gpu_end(job.job_id, index, slot)
+        else:
+            time.sleep(s.gpu_s)
+        with s.lock:
             s.workers[slot] = (ordinal, None)
             if fail:
                 job.state = "failed"
@@ -338,6 +365,121 @@ def _worker_loop(s: _State, slot: int) -> None:
                     srs_load_ms=int(srs_s * 1000), synthesis_ms=int(s.synthesis_s * 1000),
                     gpu_compute_ms=int(s.gpu_s * 1000), total_ms=int(total * 1000))
             s.settle(job, failed=bool(fail))
+        if partitions and not fail:
+            # Only the partition assembler's success path reaches job_completed: a failed job
+            # stays listed forever and is never counted failed in /status.
+            s.tracker.completed(job.job_id, KINDS[job.kind][0])
+
+
+class _Tracker:
+    """Upstream's StatusTracker (cuzk-core/src/status.rs) for the fake's `/status`: partitioned
+    jobs only, counters only from job_completed, completed jobs dropped after 30 s."""
+
+    def __init__(self, workers: list[tuple[int, Job | None]], queue_depth):
+        self.lock = threading.Lock()
+        self.jobs: dict[str, dict] = {}
+        self.synth_active = 0
+        self.workers = [{"worker_id": slot, "gpu_ordinal": ordinal, "job": None, "partition": None,
+                         "since": None} for slot, (ordinal, _) in enumerate(workers)]
+        self.total_completed = self.total_failed = 0
+        self.completed_by_kind: dict[str, int] = {}
+        self.queue_depth = queue_depth
+        self.started = time.monotonic()
+
+    def register(self, job_id: str, kind: str, partitions: int) -> None:
+        with self.lock:
+            self.jobs[job_id] = {"kind": kind, "started": time.monotonic(), "completed": None,
+                                 "partitions": [{"state": "pending", "synth": [None, None],
+                                                 "gpu": [None, None]}
+                                                for _ in range(partitions)]}
+
+    def synthesize(self, job_id: str) -> None:
+        with self.lock:
+            for part in self.jobs[job_id]["partitions"]:
+                part["state"], part["synth"][0] = "synthesizing", time.monotonic()
+                self.synth_active += 1
+
+    def synthesized(self, job_id: str) -> None:
+        with self.lock:
+            for part in self.jobs[job_id]["partitions"]:
+                part["state"], part["synth"][1] = "synth_done", time.monotonic()
+                self.synth_active -= 1
+
+    def gpu_start(self, job_id: str, index: int, slot: int) -> None:
+        with self.lock:
+            part = self.jobs[job_id]["partitions"][index]
+            part["state"], part["gpu"][0] = "gpu", time.monotonic()
+            self.workers[slot].update(job=job_id, partition=index, since=time.monotonic())
+
+    def gpu_end(self, job_id: str, index: int, slot: int) -> None:
+        with self.lock:
+            part = self.jobs[job_id]["partitions"][index]
+            part["state"], part["gpu"][1] = "done", time.monotonic()
+            self.workers[slot].update(job=None, partition=None, since=None)
+
+    def completed(self, job_id: str, kind: str) -> None:
+        with self.lock:
+            self.total_completed += 1
+            self.completed_by_kind[kind] = self.completed_by_kind.get(kind, 0) + 1
+            self.jobs[job_id]["completed"] = time.monotonic()
+
+    def snapshot(self, srs: list[str]) -> dict:
+        now = time.monotonic()
+
+        def elapsed(span) -> int | None:
+            start, end = span
+            return None if start is None else int(((end or now) - start) * 1000)
+
+        with self.lock:
+            self.jobs = {jid: job for jid, job in self.jobs.items()
+                         if job["completed"] is None or now - job["completed"] < 30}
+            states = [p["state"] for job in self.jobs.values() for p in job["partitions"]]
+            return {
+                "uptime_secs": now - self.started,
+                "memory": {"total_bytes": 96 * GIB, "used_bytes": 0, "available_bytes": 96 * GIB},
+                "synthesis": {"max_concurrent": 16, "active": self.synth_active},
+                "pipelines": [{
+                    "job_id": jid, "proof_kind": job["kind"],
+                    "started_secs_ago": now - job["started"],
+                    "total_partitions": len(job["partitions"]),
+                    "partitions_done": sum(p["state"] == "done" for p in job["partitions"]),
+                    "partitions": [{"index": i, "state": p["state"], "synth_ms": elapsed(p["synth"]),
+                                    "gpu_ms": elapsed(p["gpu"])}
+                                   for i, p in enumerate(job["partitions"])]}
+                    for jid, job in self.jobs.items()],
+                "gpu_workers": [{
+                    "worker_id": w["worker_id"], "gpu_ordinal": w["gpu_ordinal"],
+                    "state": "idle" if w["job"] is None else "proving",
+                    "current_job": w["job"], "current_partition": w["partition"],
+                    "busy_secs": None if w["since"] is None else now - w["since"]}
+                    for w in self.workers],
+                "allocations": {"srs": [{"circuit_id": c, "bytes": 47 * GIB,
+                                         "last_used_secs_ago": 0.0, "evictable": False}
+                                        for c in srs], "pce": []},
+                "counters": {"total_completed": self.total_completed,
+                             "total_failed": self.total_failed,
+                             "completed_by_kind": dict(self.completed_by_kind),
+                             "failed_by_kind": {}, "queue_depth": self.queue_depth()},
+                "buffers": {"synth_in_flight": states.count("synthesizing"),
+                            "provers_in_flight": states.count("gpu"),
+                            "aux_in_flight": states.count("gpu"),
+                            "shells_in_flight": states.count("gpu"),
+                            "pending_handles": states.count("synth_done")},
+            }
+
+
+class _StatusServer(FakeUpstream):
+    """The daemon's HTTP status server (`status_listen`): upstream's hand-rolled GET /status
+    (fake_upstream.py's handler), answering with the tracker's snapshot."""
+
+    def __init__(self, state: _State):
+        super().__init__([])
+        self.state = state
+
+    def body(self) -> dict:
+        with self.state.lock:
+            srs = sorted(self.state.loaded)
+        return self.state.tracker.snapshot(srs)
 
 
 class FakeCuzkDaemon:
@@ -346,7 +488,7 @@ class FakeCuzkDaemon:
     def __init__(self, *, socket_path: str | Path | None = None, tcp: bool = False,
                  gpus: list[FakeGPU] | None = None, workers_per_gpu: int = 2,
                  synthesis_s: float = 0.2, gpu_s: float = 0.2, srs_load_s: float = 0.1,
-                 ring: int = RING):
+                 ring: int = RING, status_listen: bool = False):
         self.state = _State(gpus if gpus is not None else [FakeGPU(0)], workers_per_gpu,
                             synthesis_s, gpu_s, srs_load_s, ring)
         self._tmp: tempfile.TemporaryDirectory | None = None
@@ -365,6 +507,8 @@ class FakeCuzkDaemon:
             self._server.add_insecure_port(f"unix://{self.socket_path}")
         else:
             self.port = self._server.add_insecure_port("127.0.0.1:0")
+        # Off by default, as upstream's `[daemon] status_listen = ""`.
+        self.status_server = _StatusServer(self.state) if status_listen else None
         self._threads = [threading.Thread(target=_worker_loop, args=(self.state, slot),
                                           daemon=True, name=f"fake-cuzk-worker-{slot}")
                          for slot in range(len(self.state.workers))]
@@ -384,8 +528,15 @@ class FakeCuzkDaemon:
         with self.state.lock:
             self.state.fail_next = message
 
+    @property
+    def status_port(self) -> int:
+        assert self.status_server is not None, "the status server is off (status_listen)"
+        return self.status_server.port
+
     def __enter__(self) -> Self:
         self._server.start()
+        if self.status_server is not None:
+            self.status_server.__enter__()
         for thread in self._threads:
             thread.start()
         return self
@@ -395,6 +546,8 @@ class FakeCuzkDaemon:
             self.state.closed = True
             self.state.lock.notify_all()
         self._server.stop(grace=None).wait()
+        if self.status_server is not None:
+            self.status_server.__exit__()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._tmp is not None:

@@ -2,9 +2,12 @@
 when that is on, and flagging where the two mislead. The daemon is the strict fake
 (fake_cuzk_daemon.py); its status server, when a test turns it on, is fake_upstream.py."""
 
+import asyncio
 import html as entities
+import json
 import re
 import time
+import urllib.request
 from decimal import Decimal
 
 import asyncssh
@@ -17,7 +20,6 @@ from django.test import Client
 
 from tests.vastmgr.controller.test_upstream import lies_in
 from tests.vastmgr.fake_cuzk_daemon import FakeCuzkDaemon, FakeGPU
-from tests.vastmgr.fake_upstream import FakeUpstream, pipeline, snapshot, worker
 from tests.vastmgr.live_engine import running_controller, wait_until
 from tests.vastmgr.remote.test_cuzk_grpc import C1_OUTPUT, porep
 from vastmgr.controller.upstream import STATUS_OFF, map_daemon_status, merge_sources
@@ -26,6 +28,7 @@ from vastmgr.fleet.models import Event, Machine, MachineAction, MachineStatus
 from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.front import fragments
 from vastmgr.proofs.models import BenchmarkProof
+from vastmgr.remote.cuzk_grpc import proving_pb2 as pb
 from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
 UPSTREAM = Machine.Flavour.CUZK_UPSTREAM
@@ -104,34 +107,58 @@ async def test_an_srs_loaded_on_demand_is_missing_from_loaded_srs():
         assert "srs-unlisted" not in checked(None, STATUS_OFF, await status_of(preloaded))[1]
 
 
+def status_of_server(daemon: FakeCuzkDaemon) -> dict:
+    """The daemon's GET /status, over HTTP as the watcher reads it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.status_port}/status",
+                                timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+async def on_the_gpu(daemon: FakeCuzkDaemon) -> dict:
+    """/status once a partition is on the GPU (after the SRS load and the synthesis)."""
+    deadline = time.monotonic() + 10
+    while True:
+        raw = status_of_server(daemon)
+        if any(p["state"] == "gpu" for pipe in raw["pipelines"] for p in pipe["partitions"]):
+            return raw
+        assert time.monotonic() < deadline, "no partition reached the GPU"
+        await asyncio.sleep(0.05)
+
+
 async def test_status_counters_below_the_grpc_totals_are_flagged():
-    """A WindowPoSt proof ends through the gRPC path only: GetStatus counts it, /status does
-    not."""
-    idle = snapshot(100.0, counters={"total_completed": 0, "total_failed": 0,
-                                     "completed_by_kind": {}, "failed_by_kind": {},
-                                     "queue_depth": 0})
-    with FakeCuzkDaemon(synthesis_s=0.05, gpu_s=0.05) as daemon:
-        assert "counters-undercount" not in checked(idle, "", await status_of(daemon))[1]
+    """A WinningPoSt proof is monolithic: it ends through the gRPC path only, so GetStatus
+    counts it and /status does not."""
+    with FakeCuzkDaemon(synthesis_s=0.05, gpu_s=0.05, status_listen=True) as daemon:
+        assert "counters-undercount" not in checked(status_of_server(daemon), "",
+                                                    await status_of(daemon))[1]
         async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
-            await client.submit(porep("wpost-1"))
-            await client.await_proof("wpost-1", timeout=10)
-        merged, lies = checked(idle, "", await status_of(daemon))
+            await client.submit(pb.SubmitProofRequest(
+                request_id="winning-1", proof_kind=pb.WINNING_POST, sector_size=32 << 30,
+                registered_proof=4, vanilla_proofs=[b"sector proof"], randomness=b"r" * 32))
+            await client.await_proof("winning-1", timeout=10)
+        raw = status_of_server(daemon)
+        merged, lies = checked(raw, "", await status_of(daemon))
+    assert raw["counters"]["total_completed"] == 0 and raw["pipelines"] == []
+    assert merged["daemon"]["total_proofs_completed"] == 1
     assert "counters-undercount" in lies
     assert merged["sources"]["pipelines"] == "GET /status"
 
 
 async def test_queues_that_leave_out_waiting_partitions_are_flagged():
-    """/status shows a job's partitions waiting for synthesis and a GPU; GetStatus' queues count
-    only jobs not started, so they read 0 pending."""
-    waiting = snapshot(100.0, pipelines=[pipeline("porep-1000-45", ["gpu", "gpu"] + ["pending"] * 8,
-                                                  20.0)],
-                       workers=[worker(0, "porep-1000-45", 0, 3.0),
-                                worker(1, "porep-1000-45", 1, 2.0)])
-    with FakeCuzkDaemon(synthesis_s=5, gpu_s=5) as daemon:
+    """While one partition of a PoRep is on the GPU, the other nine wait for it (synth_done in
+    /status); GetStatus' queues count only jobs not started, so they read 0 pending."""
+    with FakeCuzkDaemon(synthesis_s=0.1, gpu_s=10, status_listen=True) as daemon:
         await proving(daemon, "porep-1000-45")
+        raw = await on_the_gpu(daemon)
         status = await status_of(daemon)
+    states = [p["state"] for p in raw["pipelines"][0]["partitions"]]
+    assert states.count("gpu") == 1 and states.count("synth_done") == 9
     assert not status.queues or all(q.pending == 0 for q in status.queues)
-    assert "queue-hides-partitions" in checked(waiting, "", status)[1]
+    _, lies = checked(raw, "", status)
+    assert "queue-hides-partitions" in lies
+    # The fake's /status keeps upstream's invariants otherwise: no other lie of /status.
+    assert lies - {"queue-hides-partitions", "gpus-per-worker", "pinned-unreported",
+                   "srs-unlisted"} == set()
 
 
 # ---- the controller and the panel -----------------------------------------------------------
@@ -181,20 +208,24 @@ async def test_a_daemon_on_a_unix_socket_is_watched_through_get_status(monkeypat
 @pytest.mark.django_db(transaction=True)
 async def test_with_the_status_server_on_both_sources_are_merged(monkeypatch):
     monkeypatch.setenv("VASTMGR_UPSTREAM_INTERVAL", "0.2")
-    with FakeCuzkDaemon() as daemon, FakeUpstream() as status_server:
+    with FakeCuzkDaemon(synthesis_s=0.1, gpu_s=10, status_listen=True) as daemon:
         machine = await Machine.objects.acreate(
-            name="curio-both", provider="local", host="127.0.0.1", engine_port=status_server.port,
+            name="curio-both", provider="local", host="127.0.0.1", engine_port=daemon.status_port,
             engine_url=daemon.url, engine_flavour=UPSTREAM, state="running")
+        await proving(daemon, "porep-1000-50")
+        await on_the_gpu(daemon)
         async with running_controller() as controller:
             live = await wait_until(lambda: controller.hosts.get(machine.pk)
                                     and controller.hosts[machine.pk].live.connected
                                     and controller.hosts[machine.pk].live)
+        assert daemon.status_server is not None and daemon.status_server.requests
     assert live.snapshot["sources"]["pipelines"] == "GET /status"
     assert live.snapshot["sources"]["gpus"] == "GetStatus"
-    assert [p["job_id"] for p in live.snapshot["pipelines"]] == [
-        "porep-1000-42-task7", "snap-1000-7"]
-    assert live.snapshot["daemon"]["gpus"][0]["ordinal"] == 0
-    assert status_server.requests
+    assert [p["job_id"] for p in live.snapshot["pipelines"]] == ["porep-1000-50"]
+    assert [w["current_job"] for w in live.snapshot["gpu_workers"]].count("porep-1000-50") == 1
+    assert live.snapshot["daemon"]["gpus"][0]["jobs"] == [
+        {"job_id": "porep-1000-50", "proof_kind": "porep-c2"}]
+    assert "queue-hides-partitions" in {lie["code"] for lie in live.snapshot["lies"]}
 
 
 @pytest.mark.django_db(transaction=True)
