@@ -43,7 +43,7 @@ def worker(worker_id: int, job: str | None = None, partition: int | None = None,
 
 
 def snapshot(uptime: float, *, pipelines=None, workers=None, srs=None, synth_active=None,
-             buffers=None, counters=None, memory_used=48 * GIB) -> dict:
+             buffers=None, counters=None, memory_used=48 * GIB, synth_max=16) -> dict:
     """A full upstream snapshot, fields in serialization order (§4.2)."""
     pipelines = pipelines if pipelines is not None else []
     states = [p["state"] for pipe in pipelines for p in pipe["partitions"]]
@@ -56,7 +56,7 @@ def snapshot(uptime: float, *, pipelines=None, workers=None, srs=None, synth_act
         "uptime_secs": uptime,
         "memory": {"total_bytes": 250 * GIB, "used_bytes": memory_used,
                    "available_bytes": 250 * GIB - memory_used},
-        "synthesis": {"max_concurrent": 27,
+        "synthesis": {"max_concurrent": synth_max,
                       "active": states.count("synthesizing") if synth_active is None
                       else synth_active},
         "pipelines": pipelines,
@@ -175,7 +175,11 @@ SCRIPT: list[Step] = [
         2418.0, pipelines=[pipeline(JOB, ["failed", "done", "done", "synth_done"] + ["pending"] * 6,
                                     30.0)],
         workers=[worker(0, JOB, 3, 12.0), worker(1)]), {"worker-not-on-gpu"}),
-    Step("healthy at the end", healthy(2419.0)),
+    Step("healthy 6", healthy(2419.0)),
+    # A 250 GiB budget over one SnapDeals partition: 27, though at most 18 synthesize at once.
+    Step("max_concurrent ignores max_parallel_synthesis", snapshot(2420.0, synth_max=27),
+         {"synthesis-max-uncapped"}),
+    Step("healthy at the end", healthy(2421.0)),
 ]
 
 

@@ -4,7 +4,8 @@ The controller runs apart from daphne, and most engines listen only on their hos
 reached through the SSH tunnel the controller that holds the host keeps open. So the controller
 measures its ticks and fan-out latency in its own registry and, every relay interval, stores
 that registry's exposition and each of its connected engines' `/metrics` (read over the
-tunnel it already has) in `RelayedMetrics`. Any dashboard process then serves them; see
+tunnel it already has; an upstream cuzk daemon's `GetMetrics`, renamed to Prometheus'
+conventions by `cuzk_grpc.metrics.bridge`) in `RelayedMetrics`. Any dashboard process then serves them; see
 `exposition.py`.
 """
 
@@ -24,7 +25,10 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
+from vastmgr.lib.errors import TransportError
 from vastmgr.metrics.models import RelayedMetrics
+from vastmgr.remote.cuzk_grpc.client import CuzkClient
+from vastmgr.remote.cuzk_grpc.metrics import bridge
 
 if TYPE_CHECKING:
     from vastmgr.controller.hosts import Controller
@@ -86,15 +90,18 @@ class ControllerMetrics:
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
 
     async def relay_once(self, controller: Controller) -> None:
-        engines = [(machine_id, engine) for machine_id in controller.hosts
-                   if (engine := controller.connected_engine(machine_id)) is not None]
+        engines: list[tuple[int, object]] = [
+            (machine_id, engine.client) for machine_id in controller.hosts
+            if (engine := controller.connected_engine(machine_id)) is not None]
+        engines += [(machine_id, host.live.daemon) for machine_id, host in controller.hosts.items()
+                    if host.live.connected and host.live.daemon is not None]
         batches = math.ceil(len(engines) / SCRAPE_BATCH)
         scrapes = {}
         for batch in range(batches):
             if batch:
                 await asyncio.sleep(self.interval * SCRAPE_SPREAD / batches)
-            for machine_id, engine in engines[batch * SCRAPE_BATCH:(batch + 1) * SCRAPE_BATCH]:
-                scrapes[machine_id] = asyncio.create_task(_scrape(engine.client))
+            for machine_id, client in engines[batch * SCRAPE_BATCH:(batch + 1) * SCRAPE_BATCH]:
+                scrapes[machine_id] = asyncio.create_task(_scrape(client))
         rows = [(RelayedMetrics.Source.CONTROLLER, self.name,
                  generate_latest(self.registry).decode())]
         for machine_id, task in scrapes.items():
@@ -107,8 +114,10 @@ class ControllerMetrics:
 
 async def _scrape(client) -> str | None:
     try:
+        if isinstance(client, CuzkClient):
+            return bridge(await asyncio.wait_for(client.get_metrics(), ENGINE_SCRAPE_TIMEOUT))
         return await asyncio.wait_for(client.metrics(), ENGINE_SCRAPE_TIMEOUT)
-    except (EngineUnreachable, EngineAPIError, TimeoutError):
+    except (EngineUnreachable, EngineAPIError, TransportError, TimeoutError):
         return None  # the row ages out: the host's metrics vanish rather than lie
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import EngineAPIError, EngineUnreachable
+from vastmgr.controller import daemon_actions
 from vastmgr.controller import instrumentation as controller_metrics
 from vastmgr.controller.dispatch import Dispatcher
 from vastmgr.controller.hosts import ConnectedEngine, WatchedMachine
@@ -46,7 +47,8 @@ from vastmgr.front.readmodel import MachineView
 from vastmgr.front.viewers import ViewerRegistry
 from vastmgr.lib.errors import TransportError
 from vastmgr.proofs import jobs
-from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.models import BenchmarkProof, ProofJob
+from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class FleetController:
         self.machines: dict[int, Machine] = {}  # every machine with a fleet row, fresh per tick
         self.machines_read = False
         self.actions: set[int] = set()
+        self.benchmarks: set[int] = set()  # benchmark proofs followed here now
+        self.cancels: set[int] = set()  # benchmark cancels being sent
         self.background: set[asyncio.Task] = set()
         self.notices: list[tuple[str, str]] = []  # toasts to push with the next batch
         self.last_sample = 0.0  # when history was last sampled (some hosts, each tick)
@@ -211,6 +215,7 @@ class FleetController:
             await self.dispatcher.resume_in_flight(acquired)
         await self.dispatcher.run_pass(now)
         await self.run_actions()
+        await self.run_benchmarks()
         await self.record_history(now)
 
     def _answers_for(self, machine_id: int) -> bool:
@@ -459,10 +464,59 @@ class FleetController:
             MachineAction.objects.filter(done_at__isnull=True).exclude(pk__in=self.actions))
         for action in pending:
             engine = self.dispatcher.connected(action.machine_id)
-            if engine is None:
+            host = self.hosts.get(action.machine_id)
+            daemon = host.live.daemon if host is not None and host.live.connected else None
+            if engine is None and daemon is None:
                 continue
             self.actions.add(action.pk)
-            self.spawn(self._run_action(action, engine.client))
+            if engine is not None:
+                self.spawn(self._run_action(action, engine.client))
+            else:
+                self.spawn(self._run_daemon_action(action, cast(CuzkClient, daemon)))
+
+    async def run_benchmarks(self) -> None:
+        """Submit or follow the benchmark proofs of the upstream daemons watched here, and send
+        the cancels operators asked for."""
+        daemons = {machine_id: host.live for machine_id, host in self.hosts.items()
+                   if host.live.connected and host.live.daemon is not None}
+        if not daemons:
+            return
+        open_ones = await database_sync_to_async(list)(
+            BenchmarkProof.objects.filter(
+                machine_id__in=daemons, status__in=(BenchmarkProof.Status.QUEUED,
+                                                    BenchmarkProof.Status.SUBMITTED))
+            .values_list("pk", "machine_id", "status", "cancel_requested", "cancel_answer"))
+        for pk, machine_id, status, cancel_requested, cancel_answer in open_ones:
+            live = daemons[machine_id]
+            daemon = cast(CuzkClient, live.daemon)
+            if pk not in self.benchmarks:
+                self.benchmarks.add(pk)
+                price = self.machines[machine_id].price_per_hour
+                self.spawn(self._follow_benchmark(pk, daemon, live, price))
+            if (status == BenchmarkProof.Status.SUBMITTED and cancel_requested
+                    and not cancel_answer and pk not in self.cancels):
+                self.cancels.add(pk)
+                self.spawn(self._cancel_benchmark(pk, daemon, live))
+
+    async def _follow_benchmark(self, pk: int, daemon: CuzkClient, live: MachineLive,
+                                price) -> None:
+        try:
+            await daemon_actions.follow_benchmark(pk, daemon, live.detector, price)
+        finally:
+            self.benchmarks.discard(pk)
+
+    async def _cancel_benchmark(self, pk: int, daemon: CuzkClient, live: MachineLive) -> None:
+        try:
+            await daemon_actions.cancel_benchmark(pk, daemon, live.detector)
+        finally:
+            self.cancels.discard(pk)
+
+    async def _run_daemon_action(self, action: MachineAction, daemon: CuzkClient) -> None:
+        """An SRS action on an upstream daemon, through its gRPC API; what it answered is
+        recorded as it said it (EvictSRS is not implemented upstream and says so)."""
+        outcome, error = await daemon_actions.srs_action(daemon, action.action, action.circuit_id)
+        await database_sync_to_async(_finish_action)(action, error, outcome)
+        self.actions.discard(action.pk)
 
     async def _run_action(self, action: MachineAction, client: EngineClient) -> None:
         try:
@@ -561,12 +615,12 @@ def _store_history(samples: list[MachineSample], now: float, keep: float | None,
     return [(viewers.machine_group(m.pk), fragments.render_machine_charts(m, now)) for m in machines]
 
 
-def _finish_action(action: MachineAction, error: str) -> None:
+def _finish_action(action: MachineAction, error: str, outcome: str = "") -> None:
     action.done_at = timezone.now()
     action.error = error
     action.save(update_fields=["done_at", "error"])
     verb = "preloaded" if action.action == MachineAction.Action.PRELOAD else "evicted"
     Event.record("srs", f"{action.machine.name}: SRS {action.circuit_id} "
-                 + (f"not {verb}: {error}" if error else verb),
+                 + (f"not {verb}: {error}" if error else outcome or verb),
                  machine=action.machine, level=Event.Level.ERROR if error else Event.Level.INFO)
 

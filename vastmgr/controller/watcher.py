@@ -19,9 +19,11 @@ from cuzk_engine.engine.snapshot import EngineSnapshot, StreamHeartbeat
 from cuzk_engine.errors import EngineError, SnapshotFormatError
 from vastmgr.controller.row_writer import StoredJSON
 from vastmgr.fleet.faults import FaultRecorder
+from vastmgr.fleet.lie_detector import LieDetector
 from vastmgr.fleet.partial_snapshot import PartialSnapshot
 from vastmgr.fleet.transport import EngineEndpoint, EngineTransport
 from vastmgr.lib.errors import TransportError
+from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,11 @@ class MachineLive:
     error: str = ""
     changed: bool = True
     client: EngineClient | None = field(default=None, repr=False)
+    # An upstream daemon's gRPC API while its watcher holds a channel to it: SRS actions,
+    # benchmark proofs and the metrics relay use it; dispatch never does.
+    daemon: CuzkClient | None = field(default=None, repr=False)
+    # An upstream daemon's lie detector, told what the daemon answered to our calls.
+    detector: LieDetector | None = field(default=None, repr=False)
     # The snapshot as JSON, and the snapshot it was made from.
     _json: tuple[object, PartialSnapshot | None] = field(default=(None, None), repr=False)
 

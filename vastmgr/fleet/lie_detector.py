@@ -81,7 +81,22 @@ TITLES = {
     "counters-by-kind": "counter total differs from its sum by kind",
     "failed-listed": "failed job never leaves the list",
     "done-never-completed": "all partitions done but the job never completed",
+    "gpus-per-worker": "GetStatus lists a GPU once per worker",
+    "srs-hardcoded": "SRS tier, size and users are hard-coded",
+    "pinned-unreported": "pinned memory reads 0 of 0",
+    "srs-unlisted": "a proving kind's SRS is not in loaded_srs",
+    "queue-hides-partitions": "queues leave out partitions waiting",
+    "counters-undercount": "/status counts fewer proofs than GetStatus",
+    "synthesis-max-uncapped": "synthesis.max_concurrent ignores max_parallel_synthesis",
+    "assigned-gpu-empty": "SubmitProof never says which GPU",
+    "cancel-noop": "CancelProof said not running, the proof runs on",
 }
+# Upstream's vocabularies for one proof kind: /status and GetStatus' proof_kind (Display), and the
+# prefix of its SRS circuit ids (porep-32g, ...). Its metrics use a third (porep_c2).
+CIRCUIT_PREFIX = {"porep-c2": "porep", "snap-update": "snap", "window-post": "wpost",
+                  "winning-post": "winning"}
+# cuzk-core config.rs: [synthesis] max_parallel_synthesis defaults to 18.
+MAX_PARALLEL_SYNTHESIS = 18
 
 
 def _n(value) -> int | float | None:
@@ -100,6 +115,19 @@ class LieDetector:
         self.series: dict[str, deque[tuple[float, float]]] = {}  # counter -> (time, excess)
         self.tally: dict[str, Sightings] = {}
         self.present: set[str] = set()
+        # What the daemon answered to calls we made (gRPC), checked against what it shows next.
+        self.unassigned: set[str] = set()  # jobs SubmitProof gave no GPU
+        self.not_running: set[str] = set()  # jobs CancelProof called not running
+
+    def note_submitted(self, job_id: str, assigned_gpu: str) -> None:
+        """SubmitProof's answer for a job (upstream's assigned_gpu is always empty)."""
+        if not assigned_gpu:
+            self.unassigned.add(job_id)
+
+    def note_cancelled(self, job_id: str, was_running: bool) -> None:
+        """CancelProof's answer for a job (upstream's was_running is always false)."""
+        if not was_running:
+            self.not_running.add(job_id)
 
     # ---- the entry point --------------------------------------------------------------
 
@@ -120,6 +148,7 @@ class LieDetector:
             *self._srs(snapshot, pipelines, workers),
             *self._memory_and_counters(snapshot),
             *self._settled_jobs(pipelines, now),
+            *self._daemon(snapshot, pipelines),
         ]
         self._count(lies, now)
         return lies
@@ -378,6 +407,124 @@ class LieDetector:
         for key in list(self.settled_since):
             if key not in seen:
                 del self.settled_since[key]
+        return lies
+
+
+    # ---- the gRPC API's status, and where it and /status disagree -----------------------
+
+    def _daemon(self, snapshot: PartialSnapshot, pipelines: list[PartialPipeline]) -> list[Lie]:
+        lies = []
+        synthesis_max = _n(snapshot.get("synthesis", {}).get("max_concurrent"))
+        if synthesis_max is not None and synthesis_max > MAX_PARALLEL_SYNTHESIS:
+            lies.append(Lie(
+                "synthesis-max-uncapped",
+                f"synthesis.max_concurrent is {synthesis_max:g}, above max_parallel_synthesis "
+                f"(default {MAX_PARALLEL_SYNTHESIS})",
+                f"at most max_parallel_synthesis ({MAX_PARALLEL_SYNTHESIS} unless configured) "
+                "partitions synthesize at once: capacity looks larger than it is",
+                "max_concurrent is the memory budget divided by one SnapDeals partition's size; "
+                "the max_parallel_synthesis cap is not applied to it"))
+        if "daemon" not in snapshot:
+            return lies
+        daemon = snapshot["daemon"]
+        for gpu in daemon.get("gpus", []):
+            if gpu.get("entries", 1) > 1:
+                lies.append(Lie(
+                    "gpus-per-worker",
+                    f"GetStatus lists GPU {gpu.get('ordinal')} {gpu.get('entries')} times",
+                    "it is one device: upstream writes one entry per GPU worker; counted here "
+                    "once, with every worker's job",
+                    "get_status builds one GPUStatus per worker (gpu_workers_per_device, "
+                    "default 2), each with the device's name and VRAM"))
+        unmeasured = [row.get("circuit_id") for row in daemon.get("loaded_srs", [])
+                      if "size_bytes" not in row]
+        if unmeasured:
+            lies.append(Lie(
+                "srs-hardcoded",
+                f"GetStatus says {_list(unmeasured)} {'is' if len(unmeasured) == 1 else 'are'} "
+                "HOT with 0 bytes and 0 users",
+                "the tier, size and in-use count of a loaded SRS are not measured: shown as not "
+                "reported",
+                "service.rs hard-codes tier HOT, size_bytes 0 and ref_count 0 (a TODO)"))
+        if "pinned_memory_limit_bytes" not in daemon:
+            lies.append(Lie(
+                "pinned-unreported", "GetStatus says pinned memory 0 of 0 bytes",
+                "the CUDA pinned-memory pool is in use but not reported: shown as not reported",
+                "service.rs hard-codes pinned_memory_bytes and pinned_memory_limit_bytes to 0"))
+        on_gpu = {job["job_id"]: gpu.get("ordinal") for gpu in daemon.get("gpus", [])
+                  for job in gpu.get("jobs", [])}
+        for job_id in sorted(self.unassigned & set(on_gpu)):
+            lies.append(Lie(
+                "assigned-gpu-empty",
+                f"SubmitProof answered assigned_gpu \"\" for job {job_id}, now on GPU "
+                f"{on_gpu[job_id]}",
+                "the daemon never says where a job will run; GetStatus shows it once it runs",
+                "service.rs always answers assigned_gpu with an empty string"))
+        for job_id in sorted(self.not_running & set(on_gpu)):
+            lies.append(Lie(
+                "cancel-noop",
+                f"CancelProof answered was_running=false for job {job_id}, which is on GPU "
+                f"{on_gpu[job_id]}",
+                "the proof was not cancelled and runs on: upstream cannot stop a proof",
+                "CancelProof is not implemented: it logs a warning and answers "
+                "was_running=false"))
+        listed = {row.get("circuit_id", "") for row in daemon.get("loaded_srs", [])}
+        proving_kinds = {job["proof_kind"] for gpu in daemon.get("gpus", [])
+                         for job in gpu.get("jobs", [])}
+        for kind in sorted(proving_kinds):
+            prefix = CIRCUIT_PREFIX.get(kind)
+            if prefix and not any(c.startswith(prefix + "-") for c in listed):
+                lies.append(Lie(
+                    "srs-unlisted",
+                    f"a {kind} proof is on a GPU but loaded_srs lists no {prefix}-* SRS",
+                    "its parameters are loaded (a proof cannot run without them); GetStatus "
+                    "does not list them",
+                    "loaded_srs lists only SRS loaded through PreloadSRS; one loaded on demand "
+                    "for a proof is never listed"))
+        in_memory = [row.get("circuit_id") for row in
+                     snapshot.get("allocations", {}).get("srs", []) or []]
+        missing = sorted(c for c in in_memory if c and c not in listed)
+        if missing:
+            lies.append(Lie(
+                "srs-unlisted",
+                f"/status holds {_list(missing)} in memory but loaded_srs does not list "
+                f"{'it' if len(missing) == 1 else 'them'}",
+                "the SRS is loaded; GetStatus does not list it",
+                "loaded_srs lists only SRS loaded through PreloadSRS; one loaded on demand "
+                "for a proof is never listed"))
+        if pipelines:
+            pending = {q["proof_kind"]: q["pending"] for q in daemon.get("queues", [])}
+            waiting: dict[str, int] = {}
+            for p in pipelines:
+                count = sum(1 for pt in _partitions(p)
+                            if pt.get("state") in ("pending", "synth_done"))
+                if count and p.get("proof_kind"):
+                    kind = str(p.get("proof_kind"))
+                    waiting[kind] = waiting.get(kind, 0) + count
+            for kind, count in sorted(waiting.items()):
+                if not pending.get(kind):
+                    lies.append(Lie(
+                        "queue-hides-partitions",
+                        f"GetStatus queues show 0 {kind} pending while {count} partition(s) "
+                        "wait for synthesis or a GPU",
+                        "work is waiting: the queue figures count whole jobs not yet started, "
+                        "not partitions",
+                        "queue_depth and queues[].pending count only the job-level scheduler "
+                        "heap, not the synthesis and GPU queues"))
+        counters = snapshot.get("counters", {})
+        for http_key, grpc_key, word in (
+                ("total_completed", "total_proofs_completed", "completed"),
+                ("total_failed", "total_proofs_failed", "failed")):
+            http_count = _n(counters.get(http_key))
+            grpc_count = _n(daemon.get(grpc_key))
+            if http_count is not None and grpc_count is not None and http_count < grpc_count:
+                lies.append(Lie(
+                    "counters-undercount",
+                    f"/status counts {http_count:g} {word}, GetStatus {grpc_count:g}",
+                    "GetStatus' totals are the daemon's; /status misses proofs",
+                    "/status counts only jobs through the partition assembler "
+                    "(StatusTracker.job_completed); the gRPC totals count every path (PoSt, "
+                    "monolithic, failed before assembly)"))
         return lies
 
 

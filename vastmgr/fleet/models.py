@@ -64,6 +64,11 @@ class Machine(models.Model):
     )
     engine_flavour = models.CharField(max_length=20, choices=Flavour.choices,
                                       default=Flavour.CUZK_ENGINE)
+    # An upstream cuzk daemon's gRPC API as seen on the machine: grpc://HOST:PORT or
+    # unix:///path/to/cuzk.sock (transport.DaemonAddress). Empty: watched through its HTTP status
+    # server only. With it, engine_port names the status server, 0 when it is off (Curio's
+    # default).
+    engine_url = models.CharField(max_length=255, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=State.REGISTERED)
     kill_reason = models.TextField(blank=True)
     enabled = models.BooleanField(default=True, help_text="Stream status and dispatch jobs")
@@ -123,6 +128,17 @@ class Machine(models.Model):
     @property
     def is_upstream(self) -> bool:
         return self.engine_flavour == self.Flavour.CUZK_UPSTREAM
+
+    @property
+    def speaks_grpc(self) -> bool:
+        """An upstream daemon whose gRPC API we reach (not only its status server)."""
+        return self.is_upstream and bool(self.engine_url)
+
+    @property
+    def status_server(self) -> bool:
+        """Whether there is an HTTP status server to poll: our engine's API, or an upstream
+        daemon's `status_listen` (off by default there)."""
+        return not self.speaks_grpc or self.engine_port != 0
 
     def destroy_refusal(self) -> str:
         """Why this machine can never be destroyed ('' when it can, or already was): the

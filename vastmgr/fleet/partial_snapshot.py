@@ -107,6 +107,52 @@ class LieTallyRow(TypedDict):
     present: bool
 
 
+class DaemonJob(TypedDict):
+    job_id: str
+    proof_kind: str
+
+
+class DaemonGPU(TypedDict, total=False):
+    """One GPU as an upstream daemon's GetStatus lists it. Upstream sends one entry per GPU
+    *worker* (two per device by default): `entries` counts them, `jobs` gathers their current
+    jobs. `name` and the VRAM figures are absent when upstream fell back to "GPU N" and 0 bytes
+    (nvidia-smi did not list the ordinal)."""
+    ordinal: int
+    name: str
+    vram_total_bytes: int
+    vram_free_bytes: int
+    entries: int
+    jobs: list[DaemonJob]
+
+
+class DaemonSRS(TypedDict, total=False):
+    """An SRS in GetStatus' loaded_srs. Upstream hard-codes tier HOT, size 0 and ref_count 0:
+    a 0 is left out (not measured, so "not reported"), the tier is kept as sent."""
+    circuit_id: str
+    tier: str
+    size_bytes: int
+    ref_count: int
+
+
+class DaemonQueue(TypedDict):
+    proof_kind: str
+    pending: int
+    in_progress: int
+
+
+class DaemonStatus(TypedDict, total=False):
+    """An upstream daemon's gRPC GetStatus, mapped (vastmgr.controller.upstream). Pinned-memory
+    figures are left out when 0: upstream always sends 0."""
+    gpus: list[DaemonGPU]
+    loaded_srs: list[DaemonSRS]
+    queues: list[DaemonQueue]
+    total_proofs_completed: int
+    total_proofs_failed: int
+    uptime_seconds: int
+    pinned_memory_bytes: int
+    pinned_memory_limit_bytes: int
+
+
 class PartialSnapshot(TypedDict, total=False):
     seq: int
     flavour: str  # set for an upstream daemon's snapshot; our engine's has none
@@ -126,6 +172,10 @@ class PartialSnapshot(TypedDict, total=False):
     lies: list[LieRow]
     lie_tally: list[LieTallyRow]
     poll_interval: float
+    # Added by the gRPC watcher: the daemon's GetStatus, and where each part of the snapshot
+    # came from (part -> "GetStatus", "GET /status", or why it is missing).
+    daemon: DaemonStatus
+    sources: dict[str, str]
 
 
 def pending_handles(snapshot: PartialSnapshot) -> Number:

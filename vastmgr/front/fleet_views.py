@@ -3,13 +3,16 @@ import time
 from django.contrib import messages
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from vastmgr.fleet.models import Machine, MachineAction
 from vastmgr.front import fragments, readmodel
+from vastmgr.front.benchmark_forms import BenchmarkForm
 from vastmgr.front.fleet_forms import EventListForm, SrsActionForm
 from vastmgr.front.fleet_table import FleetTableForm
 from vastmgr.lib.http import AuthenticatedHttpRequest
+from vastmgr.proofs.models import BenchmarkProof
 
 
 def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
@@ -41,14 +44,17 @@ def fleet_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 def machine_panel(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=machine_id)
-    return _machine_page(request, machine, SrsActionForm())
+    return _machine_page(request, machine, SrsActionForm(upstream=machine.speaks_grpc))
 
 
 def _machine_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form: SrsActionForm,
-               status: int = 200) -> HttpResponse:
+               status: int = 200, benchmark_form: BenchmarkForm | None = None) -> HttpResponse:
     return render(request, "fleet/machine_panel.html", {
-        "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
-        "circuit_pattern": SrsActionForm.circuit_pattern(),
+        "benchmark_form": benchmark_form or BenchmarkForm(),
+        "cancellable": machine.benchmarks.filter(status=BenchmarkProof.Status.SUBMITTED,
+                                                 cancel_requested__isnull=True),
+        "machine": machine, "srs_form": srs_form, "circuit_ids": srs_form.circuit_ids(),
+        "circuit_pattern": srs_form.circuit_pattern(), "circuit_example": srs_form.example(),
         "state_html": _host_state(machine, request.GET.get("window")),
     }, status=status)
 
@@ -83,10 +89,11 @@ def machine_srs(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespo
         return HttpResponseForbidden("Only staff can preload or evict SRS on a machine.",
                                      content_type="text/plain; charset=utf-8")
     machine = get_object_or_404(Machine, pk=machine_id)
-    form = SrsActionForm(request.POST)
-    if not machine.can_prove:
-        messages.error(request, f"{machine.name} runs an upstream cuzk daemon: SRS actions go "
-                                "through its gRPC API, which vastmgr does not drive.")
+    form = SrsActionForm(request.POST, upstream=machine.speaks_grpc)
+    if not machine.can_prove and not machine.speaks_grpc:
+        messages.error(request, f"{machine.name} is an upstream cuzk daemon known by its status "
+                                "server only: SRS actions go through its gRPC API; give its "
+                                "gRPC address to drive it.")
     elif form.is_valid():
         MachineAction.objects.create(machine=machine, requested_by=request.user, **form.cleaned_data)
         messages.info(request, f"{form.cleaned_data['action']} of {form.cleaned_data['circuit_id']}"
@@ -107,3 +114,48 @@ def events(request: AuthenticatedHttpRequest) -> HttpResponse:
 def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Offers live in the remote app (Vast search and rent); keep the short URL working."""
     return redirect("remote:offers", permanent=True)
+
+
+@require_POST
+def machine_benchmark(request: AuthenticatedHttpRequest, machine_id: int) -> HttpResponse:
+    """A benchmark proof for an upstream cuzk daemon: stored, then submitted and followed by
+    the fleet controller over gRPC."""
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff can run benchmark proofs.",
+                                     content_type="text/plain; charset=utf-8")
+    machine = get_object_or_404(Machine, pk=machine_id)
+    if not machine.speaks_grpc:
+        return HttpResponseBadRequest(
+            f"{machine.name} has no cuzk gRPC address: benchmark proofs are submitted to an "
+            "upstream daemon through its gRPC API (our engines run test proofs instead).",
+            content_type="text/plain; charset=utf-8")
+    form = BenchmarkForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _machine_page(request, machine, SrsActionForm(upstream=True), status=400,
+                             benchmark_form=form)
+    bench = BenchmarkProof.objects.create(machine=machine, requested_by=request.user,
+                                          **form.benchmark_fields())
+    messages.info(request, f"Benchmark {bench.pk} ({bench.proof_kind}) stored; the controller "
+                           "submits it to the daemon and its timings appear below when it ends.")
+    return redirect("machine-panel", machine_id=machine.pk)
+
+
+@require_POST
+def machine_benchmark_cancel(request: AuthenticatedHttpRequest, machine_id: int,
+                             benchmark_id: int) -> HttpResponse:
+    if not request.user.is_staff:
+        return HttpResponseForbidden("Only staff can cancel benchmark proofs.",
+                                     content_type="text/plain; charset=utf-8")
+    bench = get_object_or_404(BenchmarkProof, pk=benchmark_id, machine_id=machine_id)
+    if bench.status != BenchmarkProof.Status.SUBMITTED or bench.cancel_requested:
+        return HttpResponseBadRequest(
+            f"Benchmark {bench.pk} is {bench.status}"
+            + (", and its cancel was already sent" if bench.cancel_requested else "")
+            + ": only a submitted proof can be asked to stop.",
+            content_type="text/plain; charset=utf-8")
+    bench.cancel_requested = timezone.now()
+    bench.save(update_fields=["cancel_requested"])
+    messages.warning(request, f"CancelProof will be sent for benchmark {bench.pk}, but upstream "
+                              "cannot stop a running proof: it answers was_running=false and "
+                              "proves on; the result is still recorded.")
+    return redirect("machine-panel", machine_id=machine_id)

@@ -24,7 +24,7 @@ from vastmgr.front.readmodel import (
     load_machines,
 )
 from vastmgr.front.viewers import fleet_group, machine_group
-from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.models import BenchmarkProof, ProofJob
 from vastmgr.proofs.progress import (
     PHASE_LABELS,
     PHASE_TITLES,
@@ -102,6 +102,8 @@ def machine_panel_context(machine: Machine, now: float, host: MachineView | None
         "kinds": _counter_rows(counters),
         "recent": ProofJob.objects.filter(machine=machine)[:RECENT_PROOFS],
         "upstream": machine.is_upstream,
+        "benchmarks": (BenchmarkProof.objects.filter(machine=machine).defer("input_bytes")
+                       [:RECENT_PROOFS] if machine.speaks_grpc else []),
         "lies": snapshot.get("lies", []),
         "lie_tally": [{**row, "first_ago": max(0, round(now - row["first_seen"])),
                        "last_ago": max(0, round(now - row["last_seen"]))}

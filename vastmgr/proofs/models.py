@@ -316,3 +316,81 @@ def _percentile(values: list[float], pct: int) -> float:
     ordered = sorted(values)
     rank = max(1, -(-pct * len(ordered) // 100))
     return ordered[rank - 1]
+
+
+class BenchmarkProof(models.Model):
+    """One proof an operator asked an upstream cuzk daemon to make, to measure the machine: the
+    input (a PoRep C1 output, or one vanilla proof of a PoSt sector or SnapDeals partition) and
+    its parameters, submitted with gRPC SubmitProof and followed with AwaitProof by the fleet
+    controller; the timings are upstream's own. `proofs_per_hour` and `dollars_per_proof` are
+    derived here, once, for every page.
+
+    The request id (which upstream makes the job id) is `vastmgr-bench-<pk>`, so a controller
+    that restarts mid-proof awaits the same job again instead of submitting a second."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"  # stored, not sent yet (the daemon is not connected)
+        SUBMITTED = "submitted"  # the daemon has it; awaited
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    # Upstream's ProofKind, in the words its status uses.
+    KINDS = ("porep-c2", "snap-update", "window-post", "winning-post")
+    MAX_INPUT_BYTES = 128 * 1024 * 1024  # the daemon's message limit (the request must fit)
+
+    machine = models.ForeignKey("fleet.Machine", on_delete=models.CASCADE,
+                                related_name="benchmarks")
+    proof_kind = models.CharField(max_length=20, choices=[(k, k) for k in KINDS])
+    registered_proof = models.PositiveBigIntegerField()
+    sector_size = models.PositiveBigIntegerField()
+    miner_id = models.PositiveBigIntegerField()
+    sector_number = models.PositiveBigIntegerField()
+    randomness = models.BinaryField(blank=True, default=b"")
+    partition_index = models.PositiveIntegerField(default=0)
+    input_name = models.CharField(max_length=500, help_text="the uploaded file's name, or its path")
+    input_bytes = models.BinaryField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    job_id = models.CharField(max_length=200, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    assigned_gpu = models.CharField(max_length=100, blank=True)
+    queue_wait_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    srs_load_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    synthesis_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    gpu_compute_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    total_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    proof_bytes = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # The machine's price when the proof completed: $/proof stays what it was then.
+    price_per_hour = models.DecimalField(max_digits=8, decimal_places=4, null=True, blank=True)
+    cancel_requested = models.DateTimeField(null=True, blank=True)
+    cancel_answer = models.CharField(max_length=300, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"benchmark {self.pk} {self.proof_kind} on {self.machine_id}: {self.status}"
+
+    @property
+    def request_id(self) -> str:
+        return f"vastmgr-bench-{self.pk}"
+
+    @property
+    def proofs_per_hour(self) -> float | None:
+        """One proof alone, end to end: 3600 s over its total time. A daemon proving several at
+        once overlaps them, so this is the floor of its throughput."""
+        if self.status != self.Status.COMPLETED or not self.total_ms:
+            return None
+        return 3_600_000 / self.total_ms
+
+    @property
+    def dollars_per_proof(self) -> float | None:
+        rate = self.proofs_per_hour
+        if rate is None or self.price_per_hour is None:
+            return None
+        return float(self.price_per_hour) / rate

@@ -10,6 +10,7 @@ import asyncssh
 from django import forms
 
 from vastmgr.fleet.models import Machine
+from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.instances.models import SECRET_ENV
 from vastmgr.remote.config import parse_env
 from vastmgr.remote.vast import MIN_RATE_ENV, Deployment
@@ -38,9 +39,14 @@ class AddMachineForm(forms.Form):
     engine_flavour = forms.ChoiceField(
         label="Engine", choices=Machine.Flavour.choices, initial=Machine.Flavour.CUZK_ENGINE,
         required=False,
-        help_text="cuzk-upstream: a Curio cuzk daemon already running there, with "
-                  "daemon.status_listen on the engine port; it is watched only (no provisioning, "
-                  "no proofs: its API is gRPC)")
+        help_text="cuzk-upstream: a Curio cuzk daemon already running there (nothing is "
+                  "provisioned; Curio feeds it, we never dispatch to it)")
+    engine_url = forms.CharField(
+        label="cuzk gRPC address", max_length=255, required=False,
+        help_text="For cuzk-upstream: the daemon's [daemon] listen as seen on the host, "
+                  "unix:///run/curio/cuzk.sock (Curio's default) or grpc://127.0.0.1:9820; "
+                  "reached through the SSH link. Then the engine port is its status_listen "
+                  "port, empty when that server is off (its default)")
     private_key = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 4}),
                                   help_text="Stored encrypted; never shown again")
     key_file = forms.CharField(required=False, max_length=500,
@@ -91,10 +97,25 @@ class AddMachineForm(forms.Form):
     def clean_engine_port(self):
         return self.cleaned_data["engine_port"] or DEFAULT_ENGINE_PORT
 
+    def clean_engine_url(self) -> str:
+        given = self.cleaned_data["engine_url"].strip()
+        if not given:
+            return ""
+        try:
+            return DaemonAddress.parse(given).url
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
         key, key_file = data.get("private_key", "").strip(), data.get("key_file", "").strip()
+        if data.get("engine_url"):
+            if data.get("engine_flavour") != Machine.Flavour.CUZK_UPSTREAM:
+                self.add_error("engine_url", "a gRPC address is for a cuzk-upstream daemon; our "
+                                             "engine is reached on its engine port")
+            elif not self.data.get("engine_port"):
+                data["engine_port"] = 0  # the daemon's status server is off (its default)
         if key and key_file:
             raise forms.ValidationError("give either a private key or a key file, not both")
         if not key and not key_file and "key_file" not in self.errors:

@@ -242,7 +242,7 @@ class MachineLink:
         self._clock = clock
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
-        self._tunnels: dict[int, asyncssh.SSHListener] = {}
+        self._tunnels: dict[int | str, asyncssh.SSHListener] = {}  # remote port or socket path
         # (since, attempts, last message, whether it was a changed host key)
         self._outage: tuple[float, int, str, bool] | None = None
         self.failed_calls = 0  # calls in a row that found the host unreachable
@@ -316,13 +316,25 @@ class MachineLink:
             kind = "ssh_host_key" if isinstance(exc, HostKeyChanged) else "ssh"
             await sync_to_async(_record_failure)(self.machine_id, message, kind)
 
-    async def tunnel(self, remote_port: int) -> int:
-        """A local port on 127.0.0.1 that reaches 127.0.0.1:remote_port on the machine."""
+    async def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        """A local port on 127.0.0.1 that reaches remote_host:remote_port as the machine sees
+        it (its own loopback unless told otherwise)."""
         conn = await self.connection()
-        listener = self._tunnels.get(remote_port)
+        key = remote_port if remote_host == "127.0.0.1" else f"{remote_host}:{remote_port}"
+        listener = self._tunnels.get(key)
         if listener is None:
-            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
-            self._tunnels[remote_port] = listener
+            listener = await conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
+            self._tunnels[key] = listener
+        return listener.get_port()
+
+    async def tunnel_to_path(self, remote_path: str) -> int:
+        """A local port on 127.0.0.1 that reaches the unix socket `remote_path` on the machine
+        (Curio's cuzk daemon listens on unix:///run/curio/cuzk.sock by default)."""
+        conn = await self.connection()
+        listener = self._tunnels.get(remote_path)
+        if listener is None:
+            listener = await conn.forward_local_port_to_path("127.0.0.1", 0, remote_path)
+            self._tunnels[remote_path] = listener
         return listener.get_port()
 
     async def can_forward(self, remote_port: int) -> bool:

@@ -7,7 +7,7 @@ watched at all: there is nothing to reach, and trying would be a login every ret
 """
 
 from vastmgr.fleet.models import Machine
-from vastmgr.fleet.transport import EngineEndpoint, EngineTransport
+from vastmgr.fleet.transport import UNIX_SCHEME, DaemonAddress, EngineEndpoint, EngineTransport
 from vastmgr.lib.errors import SSHError, TransportError
 from vastmgr.remote.ssh import Backoff, LinkPool
 
@@ -51,6 +51,19 @@ class SSHTunnelTransport(EngineTransport):
         except SSHError as exc:
             raise TransportError(str(exc)) from None
         return EngineEndpoint(f"http://127.0.0.1:{port}", machine.engine_token or None)
+
+    async def grpc_target(self, address: DaemonAddress) -> str:
+        """A local port forwarded over the machine's SSH link to the daemon's socket path or
+        TCP address on the machine."""
+        link = self.pool.get(self.machine_id)
+        try:
+            if address.scheme == UNIX_SCHEME:
+                port = await link.tunnel_to_path(address.path)
+            else:
+                port = await link.tunnel(address.port, address.host)
+        except SSHError as exc:
+            raise TransportError(str(exc)) from None
+        return f"127.0.0.1:{port}"
 
     async def close(self) -> None:
         # The watcher stops for good (the machine was killed, disabled or leased elsewhere):

@@ -75,7 +75,7 @@ def add_ssh_machine(data: dict, user: User) -> Machine:
             name=data["name"], provider=Machine.Provider.SSH, host=data["host"],
             ssh_port=data["ssh_port"], ssh_user=data["ssh_user"],
             engine_port=data["engine_port"], price_per_hour=data["price_per_hour"],
-            engine_flavour=data["engine_flavour"])
+            engine_flavour=data["engine_flavour"], engine_url=data.get("engine_url", ""))
         remote = RemoteMachine.objects.create(machine=machine, key_file=data["key_file"].strip(),
                                            billing_started=machine.created)
         if data["private_key"].strip():

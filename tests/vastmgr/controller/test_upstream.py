@@ -169,7 +169,7 @@ def test_the_panel_shows_every_upstream_field_and_what_upstream_lacks():
     html = upstream_panel(machine, healthy(1000.0))
     for shown in ("porep-1000-42-ta", "snap-1000-7", "porep-c2", "snap-update",
                   "started 95 s ago", "3/10", "phase-gpu", "phase-synth_done", "W0", "W1",
-                  "porep-1000-42-ta</code> P3", "4.2 s", "<b class=\"big\">3</b> / 27",
+                  "porep-1000-42-ta</code> P3", "4.2 s", "<b class=\"big\">3</b> / 16",
                   "17 done", "0 failed", "3 not started", "aux_in_flight", "shells_in_flight",
                   "porep-32g", "47.0 GiB", "26.0 GiB", "<td>no</td>",
                   "available 202.0 GiB", "daemon up 1000 s", "poll #3", "polled every 1.5 s",

@@ -1,9 +1,12 @@
 """`manage.py machines add|list|remove`: register machines the controller reaches directly, for
 scripting (e.g. a fleet of Curio cuzk daemons on a LAN).
 
-`add` takes the engine's URL (`http://host:port`, loopback or a private network: the upstream
-status server has no auth, so it must not be polled across the Internet; remote hosts are added
-as SSH hosts from the dashboard and reached through a tunnel). The machine starts as `running`:
+`add` takes the engine's URL: `http://host:port` (our engine, or an upstream daemon's status
+server), or, for a Curio cuzk daemon (`--flavour cuzk-upstream`), its gRPC address
+`grpc://host:port` or `unix:///path/to/cuzk.sock` (with `--status-url http://host:port` when its
+status server is on). Hosts must be loopback or a private network: neither the gRPC API nor the
+status server has auth, so they must not be reached across the Internet; remote hosts are added
+as SSH hosts from the dashboard and reached through a tunnel. The machine starts as `running`:
 its daemon is already there, nothing is provisioned.
 """
 
@@ -18,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.fleet.transport import UNIX_SCHEME, DaemonAddress
 from vastmgr.front.readmodel import load_machines
 from vastmgr.proofs.models import ProofJob
 
@@ -50,6 +54,19 @@ def parse_engine_url(url: str) -> tuple[str, int]:
     return host, port or DEFAULT_PORT
 
 
+def parse_daemon_url(url: str) -> DaemonAddress:
+    """A cuzk daemon's gRPC address, or CommandError saying what is wrong."""
+    try:
+        address = DaemonAddress.parse(url)
+    except ValueError as exc:
+        raise CommandError(f"bad --engine-url {exc}") from None
+    if address.scheme != UNIX_SCHEME and not _reachable_directly(address.host):
+        raise CommandError(f"bad --engine-url {url!r}: {address.host} is not a loopback or "
+                           "private address; add a remote host as an SSH host on the dashboard, "
+                           "so its daemon is reached through a tunnel and never exposed")
+    return address
+
+
 def _reachable_directly(host: str) -> bool:
     try:
         addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
@@ -64,6 +81,11 @@ def _private(address: str) -> bool:
 
 
 def endpoint(machine: Machine) -> str:
+    if machine.speaks_grpc:
+        where = "" if machine.provider in DIRECT else f"{machine.provider} tunnel to "
+        status = (f" + status :{machine.engine_port}" if machine.status_server
+                  else " (status server off)")
+        return f"{where}{machine.engine_url}{status}"
     if machine.provider not in DIRECT:
         return f"{machine.provider} tunnel to {machine.host or '?'}:{machine.engine_port}"
     host = f"[{machine.host}]" if ":" in machine.host else machine.host
@@ -78,7 +100,11 @@ class Command(BaseCommand):
         add = sub.add_parser("add", help="register a machine reached directly by URL")
         add.add_argument("--name", required=True)
         add.add_argument("--engine-url", required=True,
-                         help="http://host:port of the engine or upstream status server")
+                         help="http://host:port of the engine or upstream status server; for "
+                              "cuzk-upstream also grpc://host:port or unix:///path/cuzk.sock")
+        add.add_argument("--status-url", default="",
+                         help="with a gRPC --engine-url: http://host:port of the daemon's status "
+                              "server, when status_listen is set (off by default)")
         add.add_argument("--flavour", choices=Machine.Flavour.values,
                          default=Machine.Flavour.CUZK_ENGINE)
         add.add_argument("--token", default="", help="bearer token of our engine's API")
@@ -89,18 +115,30 @@ class Command(BaseCommand):
     def handle(self, *args, action, **options):
         getattr(self, f"handle_{action}")(**options)
 
-    def handle_add(self, *, name, engine_url, flavour, token, **options):
+    def handle_add(self, *, name, engine_url, flavour, token, status_url, **options):
         name = name.strip()
         if not name or len(name) > Machine.NAME_MAX_LENGTH:
             raise CommandError(f"--name must be 1 to {Machine.NAME_MAX_LENGTH} characters")
-        host, port = parse_engine_url(engine_url)
+        grpc_url = ""
+        if engine_url.strip().startswith(("grpc:", "unix:")):
+            if flavour != Machine.Flavour.CUZK_UPSTREAM:
+                raise CommandError("a grpc:// or unix:// --engine-url is a Curio cuzk daemon's: "
+                                   "add it with --flavour cuzk-upstream")
+            address = parse_daemon_url(engine_url)
+            grpc_url = address.url
+            host, port = (parse_engine_url(status_url) if status_url
+                          else (address.host or "127.0.0.1", 0))
+        elif status_url:
+            raise CommandError("--status-url goes with a grpc:// or unix:// --engine-url")
+        else:
+            host, port = parse_engine_url(engine_url)
         with transaction.atomic():
             if Machine.objects.filter(name=name).exists():
                 raise CommandError(f"a machine named {name!r} already exists "
                                    "(`machines remove` it first, or pick another name)")
             machine = Machine.objects.create(name=name, provider=Machine.Provider.LOCAL,
                                              host=host, engine_port=port, engine_token=token,
-                                             engine_flavour=flavour)
+                                             engine_flavour=flavour, engine_url=grpc_url)
             Event.record("lifecycle", f"{name}: added by the machines command ({flavour} at "
                                       f"{endpoint(machine)})", machine=machine)
             machine.transition(Machine.State.RUNNING, reason="its daemon is already running")
