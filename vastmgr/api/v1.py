@@ -289,11 +289,11 @@ class OfferQuery(Schema):
          tags=["offers"])
 async def search_offers(request: HttpRequest, filters: Query[OfferQuery]):
     """Vast offers with our bad-host flag and price-per-proof estimate."""
-    criteria = _valid(OfferSearchForm(_query(filters)))
+    search = OfferSearchForm(_query(filters))
+    _valid(search)
     try:
         client = await sync_to_async(vast.VastClient.from_settings)()
-        found = await client.search_offers(vast.OfferFilter(**{
-            k: v for k, v in criteria.items() if v not in (None, "")}))
+        found = await client.search_offers(search.offer_filter())
     except (VastError, SecretUnavailable) as exc:
         raise HttpError(409, str(exc)) from None
     return [OfferOut(**offer) for offer in await sync_to_async(vast.annotate_offers)(found)]

@@ -12,7 +12,7 @@ from django import forms
 from vastmgr.fleet.models import Machine
 from vastmgr.instances.models import SECRET_ENV
 from vastmgr.remote.config import parse_env
-from vastmgr.remote.vast import MIN_RATE_ENV, Deployment
+from vastmgr.remote.vast import DEFAULT_DISK_GB, MIN_RATE_ENV, Deployment, OfferFilter
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
 MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused
@@ -155,7 +155,17 @@ class OfferSearchForm(forms.Form):
     min_cuda = forms.FloatField(required=False, min_value=0, max_value=100, label="Min CUDA")
     min_cpu_cores = forms.IntegerField(required=False, min_value=0, max_value=10_000,
                                        label="Min CPU cores")
-    hide_bad = forms.BooleanField(required=False, label="Hide bad hosts")
+    hide_bad = forms.BooleanField(required=False, label="Hide bad machines")
+
+    # What the search sends to Vast; hide_bad is ours, applied to the answer.
+    NOT_SENT_TO_VAST = frozenset({"hide_bad"})
+
+    def offer_filter(self, disk_gb: float = DEFAULT_DISK_GB) -> OfferFilter:
+        """The Vast search for a valid form, priced with `disk_gb`: the one place that turns
+        the form into a filter, for the Offers page and the JSON API alike."""
+        wanted = {name: value for name, value in self.cleaned_data.items()
+                  if name not in self.NOT_SENT_TO_VAST and value not in (None, "", False)}
+        return OfferFilter(disk_gb=disk_gb, **wanted)
 
 
 class CommandForm(forms.Form):

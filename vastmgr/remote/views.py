@@ -278,10 +278,7 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
         try:
             client = vast.VastClient.from_settings()
             # Priced with the disk this user rents with: the $/h shown is what is charged.
-            wanted = {k: v for k, v in search.cleaned_data.items()
-                      if k != "hide_bad" and v not in (None, "", False)}
-            found = async_to_sync(client.search_offers)(
-                vast.OfferFilter(disk_gb=rent["disk_gb"], **wanted))
+            found = async_to_sync(client.search_offers)(search.offer_filter(rent["disk_gb"]))
             results = vast.annotate_offers(found)
         except (vast.VastError, SecretUnavailable) as exc:
             error = str(exc)
