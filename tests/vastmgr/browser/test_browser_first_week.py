@@ -1,0 +1,195 @@
+"""An operator's first week (issue 39), in Debian's chromium via Playwright against the served
+stack (`manage.py up`) with the strict fake Vast as the provider: what a new operator meets on
+each page, checked in the page's own terms and against the source of truth at that moment (the
+JSON API, i.e. the database, or the fake Vast). One stack serves the whole module; each test
+opens its own browser context. Screenshots go to test-output/browser/first-week-*.png."""
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from devtools.fake_vast import FakeVast
+from tests.conftest import REPO, free_port
+from tests.vastmgr.browser import test_browser
+from tests.vastmgr.browser.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, running_stack
+
+param_cache = test_browser.param_cache
+pytestmark = test_browser.pytestmark
+
+API_KEY = "vast-first-week-key-0123456789abcdef"
+SCREENSHOTS = REPO / "test-output" / "browser"
+VIEWER, VIEWER_PASSWORD = "viewer1", "pw-viewer-first-week-1"
+
+
+@pytest.fixture(scope="module")
+def fake_vast() -> Iterator[FakeVast]:
+    """The fake Vast on its own event loop in a thread, for the stack's processes to call.
+    Its instances never boot in this module: a rented machine stays without an address."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    vast = FakeVast(API_KEY, boot_s=(3600.0, 7200.0))
+    asyncio.run_coroutine_threadsafe(vast.start(), loop).result(30)
+    for machine_id in (40001, 40002):
+        vast.add_offer(gpu_name="RTX 4090", num_gpus=1, machine_id=machine_id)
+    try:
+        yield vast
+    finally:
+        asyncio.run_coroutine_threadsafe(vast.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
+    tmp_path = tmp_path_factory.mktemp("first-week")
+    # As tests/conftest.py's clean_env, for the whole module.
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS",
+                        "VASTMGR_HTTPS", "VASTMGR_ADMIN_USER", "VASTMGR_ADMIN_PASSWORD"}}
+    env.update(VASTMGR_DATA_DIR=str(tmp_path / "data"), DJANGO_SETTINGS_MODULE="vastmgr.settings",
+               PYTHONPATH=str(REPO), VAST_URL=fake_vast.url,
+               VASTMGR_CALLHOME_PORT=str(free_port()))
+    with running_stack(tmp_path, env, param_cache) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, stack):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    log_in(page, stack)
+    yield page
+    context.close()
+
+
+def api(page, path: str):
+    """The database's view through the JSON API, in this page's session (the oracle)."""
+    base = "/".join(page.url.split("/", 3)[:3])
+    answer = page.request.get(base + path)
+    assert answer.ok, (path, answer.status, answer.text()[:300])
+    return answer.json()
+
+
+def shot(page, name: str, *, full_page: bool = True) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"first-week-{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+def add_ssh_machine(page, stack: str, name: str) -> int:
+    """Through the Add machine form, untested: an sshd that does not exist (a free port)."""
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    page.goto(f"{stack}/remote/machines/add/")
+    page.fill("#id_name", name)
+    page.fill("#id_host", "127.0.0.1")
+    page.fill("#id_ssh_port", str(free_port()))
+    page.fill("#id_private_key", key)
+    page.get_by_role("button", name="Add without testing").click()
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def machine_named(page, name: str) -> dict:
+    [found] = [m for m in api(page, "/api/v1/machines") if m["name"] == name]
+    return found
+
+
+def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(stack, page):
+    machine_id = add_ssh_machine(page, stack, "dead-box")
+    truth = api(page, f"/api/v1/machines/{machine_id}")
+    assert truth["state"] == "registered" and truth["last_seen"] is None
+
+    page.goto(f"{stack}/")
+    row = page.locator(f"#host-{machine_id}-row")
+    row.wait_for()
+    badge = row.locator(".conn .badge")
+    assert badge.inner_text() == "not started yet"
+    assert "offline" not in row.locator(".conn").inner_text()
+    # Not painted as an alarm: the row's cells have the same background as a live row's.
+    local = page.locator(f"#host-{machine_named(page, 'local')['id']}-row")
+    background = "e => getComputedStyle(e).backgroundColor"
+    assert row.locator("td").first.evaluate(background) == \
+        local.locator("td").first.evaluate(background)
+    # ...and its badge is not the offline badge's red.
+    offline_red = page.evaluate("""() => {
+        const probe = document.createElement("span");
+        probe.className = "badge badge-offline";
+        document.body.append(probe);
+        const red = getComputedStyle(probe).backgroundColor;
+        probe.remove();
+        return red;
+    }""")
+    assert badge.evaluate(background) != offline_red
+    # The summary: not among the offline ones, counted as not started.
+    totals = page.locator("#fleet-totals")
+    offline = sum(1 for m in api(page, "/api/v1/machines")
+                  if m["state"] != "registered" and m["connected"] is False)
+    assert totals.locator("[data-count=offline]").inner_text() == f"{offline} offline"
+    assert totals.locator("[data-count=not-started]").inner_text() == "1 not started yet"
+    shot(page, "fleet-new-machine")
+
+    page.goto(f"{stack}/machines/{machine_id}/")
+    assert page.locator(f"#host-{machine_id}-panel .conn .badge").inner_text() == \
+        "not started yet"
+
+    # The test-proof form lists only the machines that can prove now: running, engine online.
+    page.goto(f"{stack}/proofs/new/")
+    offered = [o for o in page.locator("#id_machine option").all_inner_texts()
+               if not o.startswith("auto")]
+    can_prove = sorted(m["name"] for m in api(page, "/api/v1/machines")
+                       if m["state"] == "running" and m["connected"])
+    assert offered == can_prove == ["local"]
+    # A request naming the new machine anyway (an old tab, the API) is refused: no job, so no
+    # failure charged to the machine and no alert.
+    csrf = page.locator("form.proof-form input[name=csrfmiddlewaretoken]").input_value()
+    answer = page.request.post(f"{stack}/proofs/new/", form={
+        "csrfmiddlewaretoken": csrf, "machine": str(machine_id), "kind": "winning-post",
+        "profile": "tiny", "count": "1", "priority": ""},
+        headers={"Referer": f"{stack}/proofs/new/"})
+    assert answer.status == 400 and "dead-box cannot take a test proof now: machine dead-box is registered" in answer.text()
+    assert api(page, f"/api/v1/proofs?machine={machine_id}")["count"] == 0
+
+
+def test_a_colleague_without_staff_sees_only_what_they_may_use(stack, page, browser):
+    # Staff adds a colleague through the admin, as a person would.
+    page.goto(f"{stack}/admin/auth/user/add/")
+    page.fill("#id_username", VIEWER)
+    page.fill("#id_password1", VIEWER_PASSWORD)
+    page.fill("#id_password2", VIEWER_PASSWORD)
+    page.locator("input[name=_save]").click()
+    page.wait_for_url(re.compile(r".*/admin/auth/user/\d+/change/$"))
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    viewer = context.new_page()
+    log_in(viewer, stack, VIEWER, VIEWER_PASSWORD)
+    nav = viewer.locator("header.topbar").inner_text()
+    assert "Autopilot" not in nav and "Notifications" not in nav and "Admin" not in nav
+    for path, title in (("/autopilot/", "Not allowed"), ("/notify/", "Not allowed")):
+        answer = viewer.goto(f"{stack}{path}")
+        assert answer is not None and answer.status == 403, path
+        assert viewer.url == f"{stack}{path}", "sent elsewhere (the admin's login?)"
+        assert viewer.locator("h1").inner_text() == title
+        assert "Only staff may use this page" in viewer.locator("main").inner_text()
+        assert viewer.locator("header.topbar").get_by_role("link", name="Fleet").is_visible()
+    shot(viewer, "not-allowed")
+    context.close()
