@@ -9,6 +9,7 @@ from vastmgr.fleet.models import Machine, MachineAction
 from vastmgr.front import fragments, readmodel
 from vastmgr.front.fleet_forms import EventListForm, SrsActionForm
 from vastmgr.front.fleet_table import FleetTableForm
+from vastmgr.front.proof_panel import phase_legend
 from vastmgr.lib.http import AuthenticatedHttpRequest
 
 
@@ -50,6 +51,7 @@ def _machine_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form:
         "machine": machine, "srs_form": srs_form, "circuit_ids": SrsActionForm.circuit_ids(),
         "circuit_pattern": SrsActionForm.circuit_pattern(),
         "state_html": _host_state(machine, request.GET.get("window")),
+        "phases": phase_legend(),
     }, status=status)
 
 

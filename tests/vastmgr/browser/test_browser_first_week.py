@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from cuzk_engine.vocabulary import PARTITION_PHASES
 from devtools.fake_vast import FakeVast
 from tests.conftest import REPO, free_port
 from tests.vastmgr.browser import test_browser
@@ -126,10 +127,11 @@ def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(sta
     assert badge.inner_text() == "not started yet"
     assert "offline" not in row.locator(".conn").inner_text()
     # Not painted as an alarm: the row's cells have the same background as a live row's.
-    local = page.locator(f"#host-{machine_named(page, 'local')['id']}-row")
-    background = "e => getComputedStyle(e).backgroundColor"
-    assert row.locator("td").first.evaluate(background) == \
-        local.locator("td").first.evaluate(background)
+    # Both rows read in one go: pushes swap rows in at any time.
+    new_bg, live_bg = page.evaluate("""ids => ids.map(id => getComputedStyle(
+        document.querySelector(`#host-${id}-row td`)).backgroundColor)""",
+        [machine_id, machine_named(page, "local")["id"]])
+    assert new_bg == live_bg
     # ...and its badge is not the offline badge's red.
     offline_red = page.evaluate("""() => {
         const probe = document.createElement("span");
@@ -139,7 +141,8 @@ def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(sta
         probe.remove();
         return red;
     }""")
-    assert badge.evaluate(background) != offline_red
+    assert page.evaluate(f"""() => getComputedStyle(document.querySelector(
+        '#host-{machine_id}-row .conn .badge')).backgroundColor""") != offline_red
     # The summary: not among the offline ones, counted as not started.
     totals = page.locator("#fleet-totals")
     offline = sum(1 for m in api(page, "/api/v1/machines")
@@ -193,3 +196,113 @@ def test_a_colleague_without_staff_sees_only_what_they_may_use(stack, page, brow
         assert viewer.locator("header.topbar").get_by_role("link", name="Fleet").is_visible()
     shot(viewer, "not-allowed")
     context.close()
+
+
+def row_of(element) -> dict:
+    return element.evaluate("""e => { const r = e.getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, left: r.left, height: r.height}; }""")
+
+
+def assert_box_beside_its_label(label) -> None:
+    """The box and its words share one row, the box first, at the label's start."""
+    box, whole = row_of(label.locator("input")), row_of(label)
+    assert whole["top"] <= box["top"] and box["bottom"] <= whole["bottom"] + 0.5, (box, whole)
+    assert whole["height"] < 2.2 * box["height"] + 8, (box, whole, label.inner_text())
+    assert abs(box["left"] - whole["left"]) < 4, (box, whole)
+
+
+def test_run_a_command_lists_boxes_beside_names_and_says_unreachable(stack, page):
+    machine_id = add_ssh_machine(page, stack, "far-box")
+    page.goto(f"{stack}/remote/machines/command/")
+    labels = page.locator("#command-machines label.check")
+    names = [t.strip() for t in labels.all_inner_texts()]
+    assert names[0] == "Select all" and "far-box" in names
+    for index in range(labels.count()):
+        assert_box_beside_its_label(labels.nth(index))
+    shot(page, "command-form")
+
+    page.get_by_label("Select all").check()
+    machines = page.locator("#command-machines input[name=machines]")
+    assert all(machines.nth(i).is_checked() for i in range(machines.count()))
+    page.get_by_label("Select all").uncheck()
+    assert not any(machines.nth(i).is_checked() for i in range(machines.count()))
+    page.get_by_label("far-box").check()
+    assert page.get_by_label("Select all").evaluate("b => b.indeterminate") == \
+        (machines.count() > 1)
+
+    page.fill("#id_command", "uptime")
+    page.fill("#id_timeout", "5")
+    page.get_by_role("button", name="Run").click()
+    result = page.locator(f"#command-{machine_id}")
+    result.wait_for()
+    assert result.locator("h2 [data-status]").inner_text() == "unreachable"
+    assert "timed out" not in result.inner_text() and "exit status" not in result.inner_text()
+    assert "cannot connect" in result.locator("pre").inner_text()
+    # The output box scrolls by itself rather than growing the page.
+    assert result.locator("pre").evaluate(
+        "p => [getComputedStyle(p).overflowY, getComputedStyle(p).maxHeight]")[0] == "auto"
+    events = api(page, "/api/v1/events?q=far-box")["items"]
+    assert any("far-box=255" in e["message"] for e in events), events
+
+
+def test_the_machine_page_guards_destroy_and_links_to_the_live_panel(stack, page):
+    machine_id = add_ssh_machine(page, stack, "box-7")
+    page.goto(f"{stack}/remote/machines/{machine_id}/")
+    destroy = page.get_by_role("button", name="Destroy…")
+    provision = page.get_by_role("button", name="Provision")
+    start = page.get_by_role("button", name="Start engine", exact=True)
+    style = "b => [getComputedStyle(b).backgroundColor, getComputedStyle(b).opacity]"
+    # Destroy stands apart from the other actions; a disabled action looks disabled.
+    assert destroy.evaluate(style)[0] != provision.evaluate(style)[0]
+    assert start.is_disabled() and float(start.evaluate(style)[1]) < 0.7
+    assert provision.is_enabled() and float(provision.evaluate(style)[1]) == 1.0
+    shot(page, "machine-page")
+
+    # Live panel and back, by links; the panel explains its cell colours.
+    page.locator("#to-live-panel").click()
+    page.wait_for_url(f"{stack}/machines/{machine_id}/")
+    legend = page.locator(".cell-key .legend-item")
+    assert legend.count() == len(PARTITION_PHASES) and "done" in legend.all_inner_texts()
+    assert page.locator("#connection-badge").evaluate(
+        "b => getComputedStyle(b).borderRadius") != page.locator(
+        f"#host-{machine_id}-panel .conn .badge").evaluate("b => getComputedStyle(b).borderRadius")
+    assert "page updates" in page.locator("header .page-updates").inner_text()
+    assert page.locator(f"#host-{machine_id}-panel .conn").inner_text().startswith("engine")
+    shot(page, "machine-panel")
+    page.locator("#to-machine-page").click()
+    page.wait_for_url(f"{stack}/remote/machines/{machine_id}/")
+
+    # Destroy asks first: dismissed, nothing happens; accepted, the machine is killed.
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    destroy.click()
+    assert asked == ["Destroy box-7? This cannot be undone."]
+    assert api(page, f"/api/v1/machines/{machine_id}")["state"] == "registered"
+    page.once("dialog", lambda d: d.accept())
+    destroy.click()
+    page.wait_for_load_state()
+    assert api(page, f"/api/v1/machines/{machine_id}")["state"] == "killed"
+
+
+def test_a_rented_machine_waits_for_its_address_before_provision_is_offered(
+        stack, page, fake_vast):
+    page.goto(f"{stack}/remote/offers/")
+    if page.locator("input[name=api_key]").count():
+        page.fill("input[name=api_key]", API_KEY)
+        page.get_by_role("button", name="Save key").click()
+    page.fill("#id_gpu_name", "RTX 4090")
+    page.get_by_role("button", name="Search").click()
+    page.locator("#offers-table tr[data-machine-id='40001']").get_by_role(
+        "button", name="Rent…").click()
+    page.locator("#rent-dialog").get_by_role("button", name="Rent").click()
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    machine_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    truth = api(page, f"/api/v1/machines/{machine_id}")
+    assert truth["vast_instance_id"] in fake_vast.instances
+    assert truth["host"] == "", truth  # the database: no SSH address yet
+
+    assert "waiting for Vast to give one" in page.locator("#waiting-for-address").inner_text()
+    provision = page.get_by_role("button", name="Provision")
+    assert provision.is_disabled()
+    assert "waiting for Vast to give an address" in provision.get_attribute("title")
+    shot(page, "rented-waiting")
