@@ -306,3 +306,31 @@ def test_a_rented_machine_waits_for_its_address_before_provision_is_offered(
     assert provision.is_disabled()
     assert "waiting for Vast to give an address" in provision.get_attribute("title")
     shot(page, "rented-waiting")
+
+
+def test_a_failed_test_notification_says_why_in_plain_words_and_a_url_is_added_once(
+        stack, page):
+    url = f"json://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    page.goto(f"{stack}/notify/")
+    page.fill("#id_name", "pager")
+    page.fill("#id_url", url)
+    page.get_by_role("button", name="Add channel").click()
+    row = page.locator("#channels tr", has_text="pager")
+    row.wait_for()
+    row.get_by_role("button", name="Send test notification").click()
+    result = row.locator("[id^=test-result-]")
+    result.locator(".error").wait_for()
+    said = result.inner_text()
+    assert said.startswith("not sent:") and "connection refused" in said, said
+    assert not re.search(r"\d{4}-\d\d-\d\d|WARNING|DEBUG|Errno", said), said
+    page.reload()
+    delivery = page.locator("#deliveries tbody tr").first
+    assert "failed" in delivery.inner_text() and "works" not in delivery.inner_text()
+
+    # The same URL again: a clear form error, and still one channel.
+    page.fill("#id_name", "pager-2")
+    page.fill("#id_url", url)
+    page.get_by_role("button", name="Add channel").click()
+    assert "this URL is already the channel pager" in page.locator(".channel-form").inner_text()
+    assert page.locator("#channels tr", has_text="pager").count() == 1
+    shot(page, "notifications")
