@@ -29,8 +29,8 @@ class SecretTextarea(forms.Textarea):
 class AddMachineForm(forms.Form):
     name = forms.SlugField(max_length=100)
     host = forms.CharField(max_length=255)
-    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
-    ssh_user = forms.CharField(max_length=64, initial="root")
+    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22, label="SSH port")
+    ssh_user = forms.CharField(max_length=64, initial="root", label="SSH user")
     engine_port = forms.IntegerField(
         min_value=1, max_value=65535, required=False, initial=DEFAULT_ENGINE_PORT,
         help_text="A free port on the host's loopback for the engine (reached through the "
@@ -193,9 +193,22 @@ class ErrorMessage:
                          else str(error) for name, errors in errors.items() for error in errors)
 
 
+class AsciiIntegerField(forms.IntegerField):
+    """An integer written with the digits 0-9 only: Python's int() also reads other scripts'
+    digits (Arabic-Indic ٤٠٠٠١ is 40001), which an id typed by mistake should not become."""
+
+    def to_python(self, value: Any) -> int | None:
+        text = str(value).strip() if value is not None else ""
+        if text and not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise forms.ValidationError("Enter a whole number using the digits 0-9.",
+                                        code="invalid")
+        return super().to_python(value)
+
+
 class BadMachineForm(ErrorMessage, forms.Form):
-    provider_machine_id = forms.IntegerField(min_value=0, max_value=MAX_ID,
-                                             label="Vast machine id")
+    # Vast's machine ids start at 1.
+    provider_machine_id = AsciiIntegerField(min_value=1, max_value=MAX_ID,
+                                            label="Vast machine id")
     reason = forms.CharField(max_length=500, strip=True)
 
 

@@ -334,3 +334,21 @@ def test_a_failed_test_notification_says_why_in_plain_words_and_a_url_is_added_o
     assert "this URL is already the channel pager" in page.locator(".channel-form").inner_text()
     assert page.locator("#channels tr", has_text="pager").count() == 1
     shot(page, "notifications")
+
+
+def test_the_bad_machines_form_refuses_id_zero_and_other_scripts_digits(stack, page):
+    page.goto(f"{stack}/remote/bad-machines/")
+    # The browser's own check first: 0 is below the field's minimum, nothing is sent.
+    field = page.locator("input[name=provider_machine_id]")
+    field.fill("0")
+    page.fill("input[name=reason]", "typo")
+    assert field.evaluate("f => f.validity.rangeUnderflow")
+    # A request that skips the browser's check (another client, an old page): 400, said why.
+    csrf = page.locator("input[name=csrfmiddlewaretoken]").first.input_value()
+    for typed, said in (("0", "greater than or equal to 1"),
+                        ("٤٠٠٠١", "using the digits 0-9")):
+        answer = page.request.post(f"{stack}/remote/bad-machines/", form={
+            "csrfmiddlewaretoken": csrf, "provider_machine_id": typed, "reason": "typo"},
+            headers={"Referer": f"{stack}/remote/bad-machines/"})
+        assert answer.status == 400 and said in answer.text(), (typed, answer.status)
+    assert api(page, "/api/dashboard")["bad_machines"] == []
