@@ -172,7 +172,7 @@ class CommandForm(forms.Form):
     machines = forms.ModelMultipleChoiceField(
         queryset=Machine.objects.filter(provider__in=("ssh", "vast")).exclude(state="killed"),
         widget=forms.CheckboxSelectMultiple)
-    command = forms.CharField(max_length=1000, help_text="run by the login shell of each host")
+    command = forms.CharField(max_length=1000, help_text="run by the login shell of each machine")
     timeout = forms.IntegerField(min_value=1, max_value=600, initial=60,
                                  help_text="seconds; a command still running then is stopped")
 

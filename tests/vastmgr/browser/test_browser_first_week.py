@@ -352,3 +352,39 @@ def test_the_bad_machines_form_refuses_id_zero_and_other_scripts_digits(stack, p
             headers={"Referer": f"{stack}/remote/bad-machines/"})
         assert answer.status == 400 and said in answer.text(), (typed, answer.status)
     assert api(page, "/api/dashboard")["bad_machines"] == []
+
+
+SCHEMES = ("light", "dark")
+WIDTHS = {"wide": 1400, "phone": 390}
+
+
+def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
+    """Each page this issue changed, light and dark, wide and at 390 px: at 390 px nothing
+    widens the page past the screen (wide tables scroll in their own box) and the nav is one
+    row. Screenshots: test-output/browser/first-week-<page>-<scheme>-<width>.png."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    log_in(page, stack)
+    machine_id = add_ssh_machine(page, stack, "phone-box")
+    local_id = machine_named(page, "local")["id"]
+    pages = {"fleet": "/", "machine-panel": f"/machines/{local_id}/",
+             "machine-page": f"/remote/machines/{machine_id}/", "proof-new": "/proofs/new/",
+             "command": "/remote/machines/command/", "notifications": "/notify/",
+             "bad-machines": "/remote/bad-machines/"}
+    for scheme in SCHEMES:
+        page.emulate_media(color_scheme=scheme)
+        for width_name, width in WIDTHS.items():
+            page.set_viewport_size({"width": width, "height": 900})
+            for name, path in pages.items():
+                page.goto(stack + path)
+                page.wait_for_load_state("networkidle")
+                shot(page, f"{name}-{scheme}-{width_name}")
+                if width_name != "phone":
+                    continue
+                overflow = page.evaluate("document.documentElement.scrollWidth")
+                assert overflow <= width, (name, scheme, overflow)
+                nav, link = page.evaluate("""() => [
+                    document.querySelector("header.topbar nav").getBoundingClientRect().height,
+                    document.querySelector("header.topbar nav a").getBoundingClientRect().height]""")
+                assert nav < 2 * link, (name, nav, link)
+    context.close()
