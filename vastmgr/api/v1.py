@@ -245,8 +245,10 @@ def retry_proof(request: HttpRequest, job_id: UUID):
     if not job.can_retry:
         raise HttpError(409, f"only a failed or cancelled proof can be retried; this one is "
                              f"{job.status}")
-    retry = job.retry(_user(request))
-    if reason := unavailable_reason(None):
+    retry, created = job.retry(_user(request))
+    if not created:
+        raise HttpError(409, f"this proof was already retried as {retry.pk}")
+    if reason := unavailable_reason(retry.machine if retry.pinned else None):
         retry.fail(reason)
     return Status(201, _proof_out(retry))
 

@@ -288,6 +288,7 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "remote/offers.html", {
         "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
         "search": search, "offers": results, "hidden_bad": hidden, "error": error,
+        "has_estimates": any(o["proofs_per_hour"] for o in results),
         "rent": rent, "max_rent": MAX_BULK_RENT, "vast_age": VastSync.age_s(),
         "vast_stale_after": VastSync.STALE_AFTER_S,
     }, status=400 if search.is_bound and not search.is_valid() else 200)

@@ -292,6 +292,12 @@ def test_a_rented_machine_waits_for_its_address_before_provision_is_offered(
         page.get_by_role("button", name="Save key").click()
     page.fill("#id_gpu_name", "RTX 4090")
     page.get_by_role("button", name="Search").click()
+    # Nothing has benchmarked yet (the API's estimates are empty): the page says why the
+    # estimate columns are empty and what fills them.
+    assert all(o["proofs_per_hour"] is None for o in api(page, "/api/v1/offers"))
+    assert "until a machine with these GPUs has benchmarked" in page.locator(
+        "#no-estimates").inner_text()
+    assert page.locator("#offers-table .no-estimate").first.get_attribute("title")
     page.locator("#offers-table tr[data-machine-id='40001']").get_by_role(
         "button", name="Rent…").click()
     page.locator("#rent-dialog").get_by_role("button", name="Rent").click()
@@ -388,3 +394,33 @@ def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
                     document.querySelector("header.topbar nav a").getBoundingClientRect().height]""")
                 assert nav < 2 * link, (name, nav, link)
     context.close()
+
+
+def test_a_retry_from_two_tabs_is_one_retry_on_the_chosen_machine(stack, page, browser):
+    local = machine_named(page, "local")
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "porep-c2")
+    page.select_option("#id_profile", "tiny")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
+    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    page.get_by_role("button", name="Cancel").first.click()
+    page.wait_for_function(
+        "id => document.getElementById(`proof-${id}-status`).textContent.trim() === 'cancelled'",
+        arg=job_id, timeout=120_000)
+
+    second = page.context.new_page()  # the same proof in another tab, before any retry
+    second.goto(page.url)
+    page.reload()
+    page.get_by_role("button", name="Retry").first.click()
+    page.wait_for_url(lambda url: job_id not in url)
+    second.get_by_role("button", name="Retry").first.click()
+    second.wait_for_url(lambda url: job_id not in url)
+    assert second.url == page.url
+    assert "already retried" in second.locator(".messages").inner_text()
+
+    retries = [p for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]
+               if p["retry_of"] == job_id]
+    assert len(retries) == 1, retries
+    assert retries[0]["machine"] == local["id"], retries  # still the chosen machine
