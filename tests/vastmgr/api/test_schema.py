@@ -63,3 +63,14 @@ def test_every_documented_read_answers_its_success_status(something_to_find, tok
     wrong = {path: answer for path, answer in answers.items()
              if answer[0] != NO_SUCCESS_FOR_THE_FIXTURE.get(path, 200)}
     assert not wrong, wrong
+
+
+def test_an_invalid_body_names_the_field_as_the_caller_wrote_it(something_to_find, tokens):
+    operation = schema["/api/v1/proofs"]["POST"]
+    response = operation.Case(body={"kind": "no-such-kind", "count": 0}).call(
+        headers={"Authorization": tokens["staff"]})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert isinstance(detail, str) and "body" not in detail, detail
+    assert detail.startswith("kind: ") and "; count: " in detail, detail
+    assert not ProofJob.objects.filter(kind="no-such-kind").exists()
