@@ -211,7 +211,8 @@ class FakeVast:
 
     # ------------------------------------------------------------------ server
 
-    async def start(self) -> str:
+    async def start(self, port: int = 0) -> str:
+        """Serve on 127.0.0.1:`port` (0: any free port); returns the base URL."""
         app = web.Application(middlewares=[self._middleware])
         app.router.add_post("/api/v0/bundles/", self.search)
         app.router.add_put("/api/v0/asks/{id:\\d+}/", self.create)
@@ -222,7 +223,7 @@ class FakeVast:
         app.router.add_post("/api/v0/instances/{id:\\d+}/ssh/", self.attach_ssh)
         runner = self.runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
         self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         return self.url
 

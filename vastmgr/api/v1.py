@@ -2,6 +2,7 @@
 permissions: everyone signed in may read and start proofs; acting on machines and renting is
 for staff; a proof is cancelled or retried by staff or by whoever started it."""
 
+from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 from uuid import UUID
@@ -15,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.utils import timezone
 from ninja import NinjaAPI, Path, Query, Schema, Status
 from ninja.errors import HttpError
+from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer, django_auth
 
 from vastmgr.api.models import ApiToken
@@ -70,6 +72,29 @@ api = NinjaAPI(title="vastmgr", version="1", urls_namespace="api-v1",
                description="The fleet, proofs, offers and events of vastmgr. Authenticate "
                            "with `Authorization: Bearer <token>` (API tokens page) or a "
                            "signed-in session.")
+
+
+
+@api.exception_handler(NinjaValidationError)
+def invalid_request(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    """A request that does not fit the schema: 422 with a Problem naming each field as the
+    caller wrote it (`kind: ...`), not ninja's location (`["body", "body", "kind"]`)."""
+    return api.create_response(request, {"detail": "; ".join(
+        f"{field_name(error.get('loc', ()))}: {error.get('msg', 'invalid')}"
+        for error in exc.errors)}, status=422)
+
+
+def field_name(location: Sequence[str | int]) -> str:
+    """ninja's error location without its source and parameter prefix: ("body", "body",
+    "kind") is `kind`, ("query", "num_gpus") is `num_gpus`; list items read `items[2]`."""
+    parts = list(location)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
+        parts = parts[2:] if parts[0] == "body" and len(parts) > 2 else parts[1:]
+    name = ""
+    for part in parts:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "request"
+
 
 Id = Path(..., ge=1, le=MAX_ID, description="a machine id")
 DENIED = {401: Problem, 403: Problem}
@@ -245,8 +270,10 @@ def retry_proof(request: HttpRequest, job_id: UUID):
     if not job.can_retry:
         raise HttpError(409, f"only a failed or cancelled proof can be retried; this one is "
                              f"{job.status}")
-    retry = job.retry(_user(request))
-    if reason := unavailable_reason(None):
+    retry, created = job.retry(_user(request))
+    if not created:
+        raise HttpError(409, f"this proof was already retried as {retry.pk}")
+    if reason := unavailable_reason(retry.machine if retry.pinned else None):
         retry.fail(reason)
     return Status(201, _proof_out(retry))
 
@@ -289,11 +316,11 @@ class OfferQuery(Schema):
          tags=["offers"])
 async def search_offers(request: HttpRequest, filters: Query[OfferQuery]):
     """Vast offers with our bad-host flag and price-per-proof estimate."""
-    criteria = _valid(OfferSearchForm(_query(filters)))
+    search = OfferSearchForm(_query(filters))
+    _valid(search)
     try:
         client = await sync_to_async(vast.VastClient.from_settings)()
-        found = await client.search_offers(vast.OfferFilter(**{
-            k: v for k, v in criteria.items() if v not in (None, "")}))
+        found = await client.search_offers(search.offer_filter())
     except (VastError, SecretUnavailable) as exc:
         raise HttpError(409, str(exc)) from None
     return [OfferOut(**offer) for offer in await sync_to_async(vast.annotate_offers)(found)]

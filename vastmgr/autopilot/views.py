@@ -3,7 +3,6 @@ its last decisions. Actions are plain POSTs that redirect back (one click each).
 
 from asgiref.sync import async_to_sync
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -16,7 +15,7 @@ from vastmgr.autopilot.planner import duration
 from vastmgr.autopilot.planner_input import RemoteSettings, hosts
 from vastmgr.fleet.models import Event
 from vastmgr.lib.errors import SecretUnavailable, VastError
-from vastmgr.lib.http import AuthenticatedHttpRequest
+from vastmgr.lib.http import AuthenticatedHttpRequest, staff_only
 from vastmgr.remote import vast
 
 LAST_DECISIONS = 30
@@ -48,7 +47,7 @@ def _live(pilot: Autopilot) -> dict:
     }
 
 
-@staff_member_required
+@staff_only
 def page(request: AuthenticatedHttpRequest, form: LimitsForm | None = None) -> HttpResponse:
     pilot = Autopilot.current()
     return render(request, "autopilot/page.html",
@@ -56,12 +55,12 @@ def page(request: AuthenticatedHttpRequest, form: LimitsForm | None = None) -> H
                   status=400 if form is not None else 200)
 
 
-@staff_member_required
+@staff_only
 def live(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "autopilot/_live.html", _live(Autopilot.current()))
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def set_mode(request: AuthenticatedHttpRequest) -> HttpResponse:
     mode = request.POST.get("mode", "")
@@ -74,7 +73,7 @@ def set_mode(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("autopilot:page")
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def set_limits(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = LimitsForm(request.POST, instance=Autopilot.current())
@@ -88,7 +87,7 @@ def set_limits(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("autopilot:page")
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def plan_now(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Plan at once instead of at the next tick: dry run only (acting stays with the one
@@ -100,7 +99,7 @@ def plan_now(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("autopilot:page")
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def approve(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     if Autopilot.current().mode != Autopilot.Mode.DRY_RUN:

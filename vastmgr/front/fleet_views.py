@@ -11,6 +11,7 @@ from vastmgr.front import fragments, readmodel
 from vastmgr.front.benchmark_forms import BenchmarkForm
 from vastmgr.front.fleet_forms import EventListForm, SrsActionForm
 from vastmgr.front.fleet_table import FleetTableForm
+from vastmgr.front.proof_panel import phase_legend
 from vastmgr.lib.http import AuthenticatedHttpRequest
 from vastmgr.proofs.models import BenchmarkProof
 
@@ -56,6 +57,7 @@ def _machine_page(request: AuthenticatedHttpRequest, machine: Machine, srs_form:
         "machine": machine, "srs_form": srs_form, "circuit_ids": srs_form.circuit_ids(),
         "circuit_pattern": srs_form.circuit_pattern(), "circuit_example": srs_form.example(),
         "state_html": _host_state(machine, request.GET.get("window")),
+        "phases": phase_legend(),
     }, status=status)
 
 

@@ -16,6 +16,13 @@ from vastmgr.front.viewers import fleet_group, machine_group
 from vastmgr.proofs.models import ETA_MIN_RUNS, ProofJob
 from vastmgr.proofs.progress import JobProgress, partition_title
 
+
+def phase_legend() -> list[tuple[str, str]]:
+    """(phase, label) of every partition phase, in pipeline order: the cells' colour key on
+    the proof page and the machine panel alike."""
+    return [(phase, PHASE_LABELS[phase]) for phase in PARTITION_PHASES]
+
+
 # The partition legend, in the order a partition lives through them.
 PHASE_LABELS = {
     "pending": "pending",
@@ -105,7 +112,7 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
         "status_id": f"proof-{job.pk}-status",
         "cells": progress.cells(),
         "done": progress.count("done"),
-        "phases": [(phase, PHASE_LABELS[phase]) for phase in PARTITION_PHASES],
+        "phases": phase_legend(),
         "gantt": gantt(progress),
         "proof_chunks": [proof[i:i + PROOF_BYTES].hex() for i in range(0, len(proof), PROOF_BYTES)],
         "proof_len": len(proof),

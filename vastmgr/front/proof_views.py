@@ -150,12 +150,16 @@ def proof_retry(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse
     if not job.can_retry:
         messages.error(request, f"Only a failed or cancelled proof can be retried; this one is {job.status}.")
         return _back_to(request, reverse("proof", args=[job.pk]))
-    retry = job.retry(request.user)
-    if reason := unavailable_reason(None):
+    retry, created = job.retry(request.user)
+    if not created:
+        messages.info(request, "This proof was already retried (another tab or person): "
+                               "here is that retry.")
+    elif reason := unavailable_reason(retry.machine if retry.pinned else None):
         retry.fail(reason)
         messages.error(request, f"Not started: {reason}.")
     else:
-        messages.info(request, "Retry queued as a new proof.")
+        where = f" on {retry.machine}" if retry.pinned else ""
+        messages.info(request, f"Retry queued as a new proof{where}.")
     return _back_to(request, reverse("proof", args=[retry.pk]))
 
 

@@ -41,6 +41,10 @@ from vastmgr.remote.models import BadMachine, Secret, UnmanagedInstance, VastSyn
 # clock: between a submission and the next worker pickup it is true for a moment, and a flag
 # that flashes on every submission says nothing.
 IDLE_FLAG_HOLD = 5.0
+# A machine in these states whose engine never answered has simply not started one yet.
+NOT_STARTED_STATES = frozenset({Machine.State.REGISTERED, Machine.State.PROVISIONING,
+                                Machine.State.PARAMS_READY})
+NEW = "new"  # MachineView.presence of such a machine
 
 
 @dataclass
@@ -123,6 +127,17 @@ class MachineView:
             return OFFLINE
         return connection_state(self.status.connected, self.last_seen_ts, self.status.interval,
                                 self.now)
+
+    @property
+    def presence(self) -> str:
+        """The connection as a person should read it: a machine still being set up whose
+        engine has never answered is `new` (shown as "not started yet"), not an alarm; every
+        other machine shows its connection. The connection itself stays the truth for
+        `data-conn`, metrics and alerts."""
+        if (self.connection == OFFLINE and self.last_seen_ts is None
+                and self.machine.state in NOT_STARTED_STATES):
+            return NEW
+        return self.connection
 
     @property
     def seen_ago(self) -> int | None:
@@ -429,7 +444,8 @@ def fleet_totals(hosts: list[MachineView], now: float | None = None) -> dict:
         "hosts": len(hosts),
         "live": len(live),
         "stale": sum(1 for h in hosts if h.connection == "stale"),
-        "offline": sum(1 for h in hosts if h.connection == OFFLINE),
+        "offline": sum(1 for h in hosts if h.presence == OFFLINE),
+        "not_started": sum(1 for h in hosts if h.presence == NEW),
         "busy": sum(h.busy_workers for h in live),
         "workers": sum(len(h.workers) for h in live),
         "queue_depth": sum(h.queue_depth or 0 for h in live),

@@ -3,6 +3,7 @@ from datetime import timedelta
 import apprise
 from django import forms
 
+from vastmgr.lib.errors import SecretUnavailable
 from vastmgr.notify.models import Channel
 
 # What a channel can subscribe to: the alerts' own kinds, then the Event kinds.
@@ -38,7 +39,22 @@ class ChannelForm(forms.ModelForm):
         if not apprise.Apprise().add(url):
             raise forms.ValidationError("apprise does not understand this URL (see its list of "
                                         "services for the form each one takes)")
+        if same := self.channel_with_url(url):
+            raise forms.ValidationError(f"this URL is already the channel {same.name}: change "
+                                        "that channel's rules, or delete it first")
         return url
+
+    @staticmethod
+    def channel_with_url(url: str) -> Channel | None:
+        """The channel that already sends to `url` (URLs are stored encrypted: each is read
+        back; a channel whose URL cannot be read is not a match)."""
+        for channel in Channel.objects.all():
+            try:
+                if channel.url().strip() == url:
+                    return channel
+            except SecretUnavailable:
+                continue
+        return None
 
     def save(self, commit: bool = True) -> Channel:
         channel = super().save(commit=False)

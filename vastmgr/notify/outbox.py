@@ -8,6 +8,9 @@ failure schedules the next try with a doubling wait, until the attempts run out.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import apprise
@@ -54,13 +57,56 @@ def send(url: str, title: str, body: str, level: str) -> str | None:
     notifier = apprise.Apprise()
     if not notifier.add(url):
         return "the channel's URL is not one apprise understands"
-    with apprise.LogCapture(level=logging.WARNING) as captured:
+    with apprise_log() as records:
         sent = notifier.notify(title=title, body=body,
                                notify_type=APPRISE_TYPES.get(level, apprise.NotifyType.INFO))
-        reason = captured.getvalue().strip()
     if sent:
         return None
-    return (reason.replace(url, "<channel URL>")[-500:] or "apprise could not send it")
+    return plain_reason(records).replace(url, "<channel URL>")[-500:]
+
+
+class _Kept(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__(logging.DEBUG)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def apprise_log() -> Iterator[list[logging.LogRecord]]:
+    """apprise's log records of one send, kept for the reason and not passed on: its debug
+    lines hold the socket error's own words, and they must not reach our logs (nor leave
+    apprise's logger at debug level, as apprise.LogCapture does)."""
+    logger = logging.getLogger("apprise")
+    records: list[logging.LogRecord] = []
+    handler, saved = _Kept(records), (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def plain_reason(records: list[logging.LogRecord]) -> str:
+    """apprise's log of a failed send as a sentence: its warnings without timestamps or levels,
+    and the system's own words for a socket error (only in its debug lines), e.g. "A Connection
+    error occurred sending JSON notification to 127.0.0.1 (connection refused)."."""
+    said = " ".join(r.getMessage().strip() for r in records if r.levelno >= logging.WARNING)
+    socket_errors = [found.group(1).strip().lower() for r in records
+                     if (found := SOCKET_ERROR.search(r.getMessage()))]
+    if socket_errors:
+        said = f"{said.rstrip('.')} ({socket_errors[-1]})." if said else f"{socket_errors[-1]}."
+    return said or "apprise could not send it (no reason given)"
+
+
+# "[Errno 111] Connection refused" inside a requests exception's text.
+SOCKET_ERROR = re.compile(r"\[Errno -?\d+\] ([^\"'()\]\[]+)")
 
 
 def backoff(attempts: int) -> timedelta:
@@ -113,8 +159,8 @@ def send_test(channel: Channel, user) -> Delivery:
     """The "send test notification" button: one try, now, recorded with its outcome."""
     delivery = Delivery(channel=channel, fingerprint=f"test|{channel.pk}",
                         title="vastmgr test notification", level=Event.Level.INFO,
-                        body=f"A test from vastmgr, sent by {user.get_username()}: this "
-                             f"channel ({channel.name}) works.",
+                        body=f"A test from vastmgr to the channel {channel.name}, sent by "
+                             f"{user.get_username()}.",
                         attempts=1, state=Delivery.State.FAILED)
     try:
         error = send(channel.url(), delivery.title, delivery.body, delivery.level)

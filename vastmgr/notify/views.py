@@ -1,12 +1,12 @@
 """The Notifications page (staff): channels, their rules, a test button and the delivery log."""
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from vastmgr.lib.http import staff_only
 from vastmgr.notify.forms import ChannelForm
 from vastmgr.notify.models import Channel, Delivery
 from vastmgr.notify.outbox import send_test
@@ -14,7 +14,7 @@ from vastmgr.notify.outbox import send_test
 RECENT_DELIVERIES = 50
 
 
-@staff_member_required
+@staff_only
 def channels(request: HttpRequest) -> HttpResponse:
     form = ChannelForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -28,7 +28,7 @@ def channels(request: HttpRequest) -> HttpResponse:
     }, status=400 if form.errors else 200)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def test_channel(request: HttpRequest, pk: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=pk)
@@ -36,7 +36,7 @@ def test_channel(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "notify/_test_result.html", {"channel": channel, "d": delivery})
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def delete_channel(request: HttpRequest, pk: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=pk)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSES
@@ -196,14 +196,25 @@ class ProofJob(models.Model):
         Event.record("proof", f"proof {self.pk}: cancel requested by {user.get_username()}",
                      machine=self.machine, data={"job": str(self.pk)})
 
-    def retry(self, user) -> ProofJob:
-        """A new queued job with the same kind, profile, seed and priority; the machine is
-        chosen again (the one this job had may be why it failed)."""
-        retry = ProofJob.objects.create(kind=self.kind, profile=self.profile, seed=self.seed,
-                                        priority=self.priority, requested_by=user, retry_of=self)
-        Event.record("proof", f"proof {self.pk} retried by {user.get_username()} as {retry.pk}",
+    def retry(self, user) -> tuple[ProofJob, bool]:
+        """This job's retry and whether this call created it: a new queued job with the same
+        kind, profile, seed and priority, once (a second click, from another tab, gets the
+        first retry back). A job pinned to a machine stays pinned there while that machine can
+        take it; otherwise the machine is chosen again (the one it had may be why it failed)."""
+        with transaction.atomic():
+            locked = ProofJob.objects.select_for_update().get(pk=self.pk)
+            if earlier := locked.retries.order_by("submitted_at").first():
+                return earlier, False
+            keep = (self.pinned and self.machine is not None
+                    and self.machine.unusable_reason() is None)
+            retry = ProofJob.objects.create(
+                kind=self.kind, profile=self.profile, seed=self.seed, priority=self.priority,
+                requested_by=user, retry_of=self, machine=self.machine if keep else None,
+                pinned=keep)
+        Event.record("proof", f"proof {self.pk} retried by {user.get_username()} as {retry.pk}"
+                     + (f" on {self.machine}" if keep else ""),
                      machine=self.machine, data={"job": str(retry.pk), "retry_of": str(self.pk)})
-        return retry
+        return retry, True
 
     # ---- progress and durations ------------------------------------------------------------
 

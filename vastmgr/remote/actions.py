@@ -14,6 +14,8 @@ LABELS = {"test": "Test connection", "provision": "Provision", "stop": "Stop eng
 LAUNCHED = ("provision", "stop", "start", "restart", "upgrade")
 _BUSY = (State.PROVISIONING, State.PARAMS_READY, State.BENCHMARKED)
 _NOT_PROVISIONED = "not provisioned yet: Provision it first"
+# A rented instance has no SSH address until Vast assigns one (the automation's next listing).
+NO_ADDRESS_YET = "waiting for Vast to give an address (checked once a minute)"
 # Action → the states that refuse it, and why; any other state (not busy) allows it.
 _REFUSED: dict[str, dict[str, str]] = {
     "test": {}, "provision": {},
@@ -35,6 +37,8 @@ def why_not(machine: Machine, action: str) -> str:
         return "a local engine without SSH"
     if machine.is_upstream and action != "test":
         return "runs Curio's cuzk daemon, which vastmgr only watches"
+    if machine.provider == Machine.Provider.VAST and not machine.host:
+        return NO_ADDRESS_YET
     if action != "test" and machine.state in _BUSY:
         return "provisioning is in progress"
     return _REFUSED[action].get(machine.state, "")

@@ -13,7 +13,7 @@ from vastmgr.fleet.models import Machine
 from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.instances.models import SECRET_ENV
 from vastmgr.remote.config import parse_env
-from vastmgr.remote.vast import MIN_RATE_ENV, Deployment
+from vastmgr.remote.vast import DEFAULT_DISK_GB, MIN_RATE_ENV, Deployment, OfferFilter
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
 MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused
@@ -30,8 +30,8 @@ class SecretTextarea(forms.Textarea):
 class AddMachineForm(forms.Form):
     name = forms.SlugField(max_length=100)
     host = forms.CharField(max_length=255)
-    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22)
-    ssh_user = forms.CharField(max_length=64, initial="root")
+    ssh_port = forms.IntegerField(min_value=1, max_value=65535, initial=22, label="SSH port")
+    ssh_user = forms.CharField(max_length=64, initial="root", label="SSH user")
     engine_port = forms.IntegerField(
         min_value=1, max_value=65535, required=False, initial=DEFAULT_ENGINE_PORT,
         help_text="A free port on the host's loopback for the engine (reached through the "
@@ -176,14 +176,24 @@ class OfferSearchForm(forms.Form):
     min_cuda = forms.FloatField(required=False, min_value=0, max_value=100, label="Min CUDA")
     min_cpu_cores = forms.IntegerField(required=False, min_value=0, max_value=10_000,
                                        label="Min CPU cores")
-    hide_bad = forms.BooleanField(required=False, label="Hide bad hosts")
+    hide_bad = forms.BooleanField(required=False, label="Hide bad machines")
+
+    # What the search sends to Vast; hide_bad is ours, applied to the answer.
+    NOT_SENT_TO_VAST = frozenset({"hide_bad"})
+
+    def offer_filter(self, disk_gb: float = DEFAULT_DISK_GB) -> OfferFilter:
+        """The Vast search for a valid form, priced with `disk_gb`: the one place that turns
+        the form into a filter, for the Offers page and the JSON API alike."""
+        wanted = {name: value for name, value in self.cleaned_data.items()
+                  if name not in self.NOT_SENT_TO_VAST and value not in (None, "", False)}
+        return OfferFilter(disk_gb=disk_gb, **wanted)
 
 
 class CommandForm(forms.Form):
     machines = forms.ModelMultipleChoiceField(
         queryset=Machine.objects.filter(provider__in=("ssh", "vast")).exclude(state="killed"),
         widget=forms.CheckboxSelectMultiple)
-    command = forms.CharField(max_length=1000, help_text="run by the login shell of each host")
+    command = forms.CharField(max_length=1000, help_text="run by the login shell of each machine")
     timeout = forms.IntegerField(min_value=1, max_value=600, initial=60,
                                  help_text="seconds; a command still running then is stopped")
 
@@ -204,9 +214,22 @@ class ErrorMessage:
                          else str(error) for name, errors in errors.items() for error in errors)
 
 
+class AsciiIntegerField(forms.IntegerField):
+    """An integer written with the digits 0-9 only: Python's int() also reads other scripts'
+    digits (Arabic-Indic ٤٠٠٠١ is 40001), which an id typed by mistake should not become."""
+
+    def to_python(self, value: Any) -> int | None:
+        text = str(value).strip() if value is not None else ""
+        if text and not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise forms.ValidationError("Enter a whole number using the digits 0-9.",
+                                        code="invalid")
+        return super().to_python(value)
+
+
 class BadMachineForm(ErrorMessage, forms.Form):
-    provider_machine_id = forms.IntegerField(min_value=0, max_value=MAX_ID,
-                                             label="Vast machine id")
+    # Vast's machine ids start at 1.
+    provider_machine_id = AsciiIntegerField(min_value=1, max_value=MAX_ID,
+                                            label="Vast machine id")
     reason = forms.CharField(max_length=500, strip=True)
 
 

@@ -538,6 +538,9 @@ class Provisioner:
         return (await self.link.run(command, timeout=30)).stdout
 
 
+UNREACHABLE = 255  # ssh's own status when it cannot reach or log in to the host
+
+
 async def run_on_machines(machine_ids: list[int], command: str, *, user: str,
                        on_line: Callable[[int, str], Awaitable[None]],
                        pool: LinkPool | None = None, timeout: float = 600) -> dict[int, int]:
@@ -545,8 +548,8 @@ async def run_on_machines(machine_ids: list[int], command: str, *, user: str,
     the command, who ran it and every exit status go into one audit Event.
 
     Each host has `timeout` seconds in all, connecting included: one that cannot be reached
-    says why in its own output (status 255, as ssh's), one that does not answer in time is
-    stopped (124, as timeout(1)'s)."""
+    (connect failed, or still retrying when time ran out) says why in its own output (status
+    255, as ssh's), one that does not answer in time is stopped (124, as timeout(1)'s)."""
     pool = pool or LinkPool()
 
     async def one(machine_id: int) -> int:
@@ -558,9 +561,14 @@ async def run_on_machines(machine_ids: list[int], command: str, *, user: str,
             return await asyncio.wait_for(link.stream(command, tagged, timeout=timeout),
                                           timeout)
         except SSHError as exc:
-            await on_line(machine_id, str(exc))
-            return 255
+            await on_line(machine_id, f"unreachable: {exc}")
+            return UNREACHABLE
         except TimeoutError:
+            # Still trying to connect when time ran out: the host is unreachable, which is
+            # not a command that ran too long.
+            if reason := link.unreachable_reason():
+                await on_line(machine_id, f"unreachable: {reason}")
+                return UNREACHABLE
             await on_line(machine_id, f"no answer within {timeout:g} s")
             return 124
 

@@ -258,6 +258,13 @@ class MachineLink:
         button for this host)."""
         self.next_attempt = None
 
+    def unreachable_reason(self) -> str | None:
+        """Why the machine cannot be reached now (the last connect failure) while no
+        connection is open; None when connected or never tried."""
+        if self._conn is not None and not self._conn.is_closed():
+            return None
+        return self._outage[2] if self._outage else None
+
     def waiting(self) -> float:
         """Seconds until the next attempt; 0 when a call may connect now."""
         if self.next_attempt is None:

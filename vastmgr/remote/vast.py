@@ -730,6 +730,12 @@ def _claim(machine: Machine, by_id: dict, by_label: dict, now: datetime,
         bound_since_listing = remote and remote.billing_started and remote.billing_started >= now
         if instance is None and not bound_since_listing:
             end_billing(machine)
+            # Not routine: destroyed outside vastmgr, or lost by Vast; the operator should know.
+            Event.record("vast", f"{machine.name}: instance {machine.vast_instance_id} is no "
+                                 "longer listed by Vast (destroyed elsewhere, or lost): the "
+                                 "machine is marked killed", machine=machine,
+                         level=Event.Level.WARNING,
+                         data={"instance_id": machine.vast_instance_id})
             machine.kill("the instance disappeared from Vast")
             plan.summary["killed"] += 1
         return instance

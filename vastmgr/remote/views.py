@@ -4,7 +4,6 @@ from decimal import Decimal
 import asyncssh
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import (
@@ -21,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.lib.errors import ProvisionError, SecretUnavailable, SSHError
-from vastmgr.lib.http import AuthenticatedHttpRequest
+from vastmgr.lib.http import AuthenticatedHttpRequest, staff_only
 from vastmgr.remote import ssh_loop as background
 from vastmgr.remote import vast
 from vastmgr.remote.actions import ACTIONS, LAUNCHED, offered, why_not
@@ -53,7 +52,7 @@ DESTROY_GRACE_S = 10
 ENGINE_STOP_TIMEOUT_S = 90
 
 
-@staff_member_required
+@staff_only
 def add_machine(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = AddMachineForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -129,7 +128,7 @@ def _log_state(machine: Machine) -> dict:
     return {"text": "…", "poll_s": 0}
 
 
-@staff_member_required
+@staff_only
 def machine_log(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The engine log's tail over the machine's pooled SSH connection (no login per poll). The
     panel polls again in 5 s, or, while the host cannot be reached, when the link will next
@@ -156,7 +155,7 @@ def _provisioner(machine_id: int) -> Provisioner:
     return Provisioner(machine_id, link=background.pool.get(machine_id))
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def machine_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
@@ -243,7 +242,7 @@ async def _stop_remote_engine(machine_id: int) -> None:
         await background.pool.drop(machine_id)
 
 
-@staff_member_required
+@staff_only
 def run_command(request: AuthenticatedHttpRequest) -> HttpResponse:
     """A command on the chosen hosts at once: exit status and the output's tail per host (or
     why it could not run), one audit Event; the page answers within the chosen timeout."""
@@ -278,10 +277,7 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
         try:
             client = vast.VastClient.from_settings()
             # Priced with the disk this user rents with: the $/h shown is what is charged.
-            wanted = {k: v for k, v in search.cleaned_data.items()
-                      if k != "hide_bad" and v not in (None, "", False)}
-            found = async_to_sync(client.search_offers)(
-                vast.OfferFilter(disk_gb=rent["disk_gb"], **wanted))
+            found = async_to_sync(client.search_offers)(search.offer_filter(rent["disk_gb"]))
             results = vast.annotate_offers(found)
         except (vast.VastError, SecretUnavailable) as exc:
             error = str(exc)
@@ -292,6 +288,7 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "remote/offers.html", {
         "key_form": key_form, "key_set": Secret.is_set(Secret.VAST_API_KEY),
         "search": search, "offers": results, "hidden_bad": hidden, "error": error,
+        "has_estimates": any(o["proofs_per_hour"] for o in results),
         "rent": rent, "max_rent": MAX_BULK_RENT, "vast_age": VastSync.age_s(),
         "vast_stale_after": VastSync.STALE_AFTER_S,
     }, status=400 if search.is_bound and not search.is_valid() else 200)
@@ -325,7 +322,7 @@ def upstream_env(saved: RentPreference | None) -> dict[str, str]:
     return parse_env(RemoteSettings.load().upstream_env)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST)
@@ -338,7 +335,7 @@ def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("remote:offers")
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Rent one or several offers from the rent dialog: each machine must then benchmark at
@@ -412,7 +409,7 @@ def bad_machines(request: AuthenticatedHttpRequest) -> HttpResponse:
     }, status=400 if form.is_bound and form.errors else 200)
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def unmark_bad_machine(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     bad = get_object_or_404(BadMachine, pk=pk)
@@ -422,7 +419,7 @@ def unmark_bad_machine(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
     return _back(request, reverse("remote:bad_machines"))
 
 
-@staff_member_required
+@staff_only
 @require_POST
 def ignore_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Mark the machines behind the selected offers bad (vast-manager's bulk Ignore)."""

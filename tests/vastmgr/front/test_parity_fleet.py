@@ -174,7 +174,7 @@ def test_destroy_from_the_table_returns_to_it_and_needs_staff(client, admin_clie
     client.force_login(viewer)
     page = client.get("/").content.decode()
     assert 'id="destroy-dialog"' not in page  # the row's button is hidden by data-staff="0"
-    assert client.post(f"/remote/machines/{fleet['a'].pk}/destroy/").status_code == 302
+    assert client.post(f"/remote/machines/{fleet['a'].pk}/destroy/").status_code == 403
     fleet["a"].refresh_from_db()
     assert fleet["a"].state == Machine.State.RUNNING
 
@@ -187,7 +187,7 @@ def test_a_bad_machine_shows_a_badge_that_unmarks(client, admin_client, fleet):
     assert 'data-action-template="/remote/bad-machines/0/unmark/"' in html
     viewer = User.objects.create_user("viewer", password="pw-123456789")
     client.force_login(viewer)
-    assert client.post(f"/remote/bad-machines/{bad.pk}/unmark/").status_code == 302  # to login
+    assert client.post(f"/remote/bad-machines/{bad.pk}/unmark/").status_code == 403  # our page: only staff
     assert BadMachine.objects.filter(pk=bad.pk).exists()
     response = admin_client.post(f"/remote/bad-machines/{bad.pk}/unmark/", {"next": "/"})
     assert response.status_code == 302 and response.url == "/"

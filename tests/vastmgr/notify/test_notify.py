@@ -138,8 +138,8 @@ def test_page_adds_a_channel_keeps_its_url_secret_and_sends_a_test(receiver, adm
     assert "team" in page and "hunter2" not in page and "Send test notification" in page
     result = client.post(f"/notify/{team.pk}/test/", headers={"HX-Request": "true"})
     assert "sent to team" in result.content.decode()
-    assert receiver.messages() == [(f"A test from vastmgr, sent by {admin_user.username}: "
-                                   "this channel (team) works.")]
+    assert receiver.messages() == [("A test from vastmgr to the channel team, sent by "
+                                    f"{admin_user.username}.")]
     receiver.fail_next = 1
     failed = client.post(f"/notify/{team.pk}/test/").content.decode()
     assert "not sent" in failed and "hunter2" not in failed

@@ -555,6 +555,9 @@ async def test_reconcile_pages_through_v1_and_kills_vanished_instances(fake_vast
     gone = await Machine.objects.aget(pk=machines[1].pk)
     assert gone.state == Machine.State.KILLED
     assert gone.kill_reason == "the instance disappeared from Vast"
+    # Not routine: a warning the operator sees (and a channel from "warning" up receives).
+    warned = [e async for e in Event.objects.filter(machine=gone, level=Event.Level.WARNING)]
+    assert any("no longer listed by Vast" in e.message for e in warned), warned
     remote = await RemoteMachine.objects.aget(machine=gone)
     assert remote.billing_ended is not None
     lists = [r for r in fake_vast.requests if r[1] == "/api/v1/instances/"]

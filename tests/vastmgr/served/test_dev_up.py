@@ -1,9 +1,15 @@
 """`./dev up` starts, serves the login page, and stops cleanly on Ctrl-C."""
 
+import http.cookiejar
 import io
+import json
+import os
+import re
 import signal
 import subprocess
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -40,6 +46,71 @@ def test_dev_up_serves_login_and_stops_on_ctrl_c(repo, clean_env):
     assert "instances call home on http://127.0.0.1:1235/" in output
     assert "did not stop" not in output, output
     assert_nothing_serves(port)
+
+
+def test_dev_up_vast_fake_is_a_trial_with_a_market_to_search(repo, clean_env):
+    """The evaluators' one command: the stack and the strict fake Vast beside it, the key to
+    paste printed; with it pasted, the Offers search answers the fake's market (the oracle:
+    the fake's own line says how many offers it lists)."""
+    port, callhome = free_port(), free_port()
+    env = {**clean_env, "VASTMGR_ADMIN_USER": "ops", "VASTMGR_ADMIN_PASSWORD": "pw-for-tests-1",
+           "VASTMGR_CALLHOME_PORT": str(callhome)}
+    proc = subprocess.Popen(
+        [str(repo / "dev"), "up", "--vast-fake", "--port", str(port), "--engine-listen",
+         f"127.0.0.1:{free_port()}"], cwd=repo, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+
+    def exited() -> str | None:
+        return f"./dev up exited with {proc.returncode}" if proc.poll() is not None else None
+
+    try:
+        assert wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", STARTUP_TIMEOUT,
+                             exited) == 200
+        said = eventually(lambda: next((m for line in list(lines) if (
+            m := re.search(r"fake Vast on (http://127\.0\.0\.1:\d+) with (\d+) offers; "
+                           r"its API key: (\S+)", line))), None), 30, "the fake's line")
+        offers, key = int(said.group(2)), said.group(3)
+        assert any(f"paste its API key on the Offers page: {key}" in line for line in lines)
+        browser = Session(f"http://127.0.0.1:{port}")
+        browser.log_in("ops", "pw-for-tests-1")
+        browser.post("/remote/offers/api-key/", {"api_key": key})
+        found = json.loads(browser.get("/api/v1/offers"))
+        assert len(found) == offers > 0, found
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        reader.join(10)
+    assert proc.returncode == 0, "".join(lines)
+    assert_nothing_serves(port)
+
+
+class Session:
+    """A person's browser session over plain HTTP: cookies and the CSRF token."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def get(self, path: str) -> str:
+        with self.opener.open(self.base + path, timeout=30) as answer:
+            return answer.read().decode()
+
+    def post(self, path: str, form: dict[str, str]) -> str:
+        csrf = next(c.value for c in self.jar if c.name == "csrftoken")
+        data = urllib.parse.urlencode({**form, "csrfmiddlewaretoken": csrf}).encode()
+        request = urllib.request.Request(self.base + path, data=data,
+                                         headers={"Referer": self.base + path})
+        with self.opener.open(request, timeout=30) as answer:
+            return answer.read().decode()
+
+    def log_in(self, user: str, password: str) -> None:
+        self.get("/accounts/login/")
+        page = self.post("/accounts/login/", {"username": user, "password": password})
+        assert "Log out" in page, "not logged in"
 
 
 def http_status(url: str) -> int | None:

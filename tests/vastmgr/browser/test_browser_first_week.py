@@ -1,0 +1,426 @@
+"""An operator's first week (issue 39), in Debian's chromium via Playwright against the served
+stack (`manage.py up`) with the strict fake Vast as the provider: what a new operator meets on
+each page, checked in the page's own terms and against the source of truth at that moment (the
+JSON API, i.e. the database, or the fake Vast). One stack serves the whole module; each test
+opens its own browser context. Screenshots go to test-output/browser/first-week-*.png."""
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from cuzk_engine.vocabulary import PARTITION_PHASES
+from devtools.fake_vast import FakeVast
+from tests.conftest import REPO, free_port
+from tests.vastmgr.browser import test_browser
+from tests.vastmgr.browser.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, running_stack
+
+param_cache = test_browser.param_cache
+pytestmark = test_browser.pytestmark
+
+API_KEY = "vast-first-week-key-0123456789abcdef"
+SCREENSHOTS = REPO / "test-output" / "browser"
+VIEWER, VIEWER_PASSWORD = "viewer1", "pw-viewer-first-week-1"
+
+
+@pytest.fixture(scope="module")
+def fake_vast() -> Iterator[FakeVast]:
+    """The fake Vast on its own event loop in a thread, for the stack's processes to call.
+    Its instances never boot in this module: a rented machine stays without an address."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    vast = FakeVast(API_KEY, boot_s=(3600.0, 7200.0))
+    asyncio.run_coroutine_threadsafe(vast.start(), loop).result(30)
+    for machine_id in (40001, 40002):
+        vast.add_offer(gpu_name="RTX 4090", num_gpus=1, machine_id=machine_id)
+    try:
+        yield vast
+    finally:
+        asyncio.run_coroutine_threadsafe(vast.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
+    tmp_path = tmp_path_factory.mktemp("first-week")
+    # As tests/conftest.py's clean_env, for the whole module.
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS",
+                        "VASTMGR_HTTPS", "VASTMGR_ADMIN_USER", "VASTMGR_ADMIN_PASSWORD"}}
+    env.update(VASTMGR_DATA_DIR=str(tmp_path / "data"), DJANGO_SETTINGS_MODULE="vastmgr.settings",
+               PYTHONPATH=str(REPO), VAST_URL=fake_vast.url,
+               VASTMGR_CALLHOME_PORT=str(free_port()))
+    with running_stack(tmp_path, env, param_cache) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, stack):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    log_in(page, stack)
+    yield page
+    context.close()
+
+
+def api(page, path: str):
+    """The database's view through the JSON API, in this page's session (the oracle)."""
+    base = "/".join(page.url.split("/", 3)[:3])
+    answer = page.request.get(base + path)
+    assert answer.ok, (path, answer.status, answer.text()[:300])
+    return answer.json()
+
+
+def shot(page, name: str, *, full_page: bool = True) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"first-week-{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+def add_ssh_machine(page, stack: str, name: str) -> int:
+    """Through the Add machine form, untested: an sshd that does not exist (a free port)."""
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    page.goto(f"{stack}/remote/machines/add/")
+    page.fill("#id_name", name)
+    page.fill("#id_host", "127.0.0.1")
+    page.fill("#id_ssh_port", str(free_port()))
+    page.fill("#id_private_key", key)
+    page.get_by_role("button", name="Add without testing").click()
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    return int(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def machine_named(page, name: str) -> dict:
+    [found] = [m for m in api(page, "/api/v1/machines") if m["name"] == name]
+    return found
+
+
+def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(stack, page):
+    machine_id = add_ssh_machine(page, stack, "dead-box")
+    truth = api(page, f"/api/v1/machines/{machine_id}")
+    assert truth["state"] == "registered" and truth["last_seen"] is None
+
+    page.goto(f"{stack}/")
+    row = page.locator(f"#host-{machine_id}-row")
+    row.wait_for()
+    badge = row.locator(".conn .badge")
+    assert badge.inner_text() == "not started yet"
+    assert "offline" not in row.locator(".conn").inner_text()
+    # Not painted as an alarm: the row's cells have the same background as a live row's.
+    # Both rows read in one go: pushes swap rows in at any time.
+    new_bg, live_bg = page.evaluate("""ids => ids.map(id => getComputedStyle(
+        document.querySelector(`#host-${id}-row td`)).backgroundColor)""",
+        [machine_id, machine_named(page, "local")["id"]])
+    assert new_bg == live_bg
+    # ...and its badge is not the offline badge's red.
+    offline_red = page.evaluate("""() => {
+        const probe = document.createElement("span");
+        probe.className = "badge badge-offline";
+        document.body.append(probe);
+        const red = getComputedStyle(probe).backgroundColor;
+        probe.remove();
+        return red;
+    }""")
+    assert page.evaluate(f"""() => getComputedStyle(document.querySelector(
+        '#host-{machine_id}-row .conn .badge')).backgroundColor""") != offline_red
+    # The summary: not among the offline ones, counted as not started.
+    totals = page.locator("#fleet-totals")
+    offline = sum(1 for m in api(page, "/api/v1/machines")
+                  if m["state"] != "registered" and m["connected"] is False)
+    assert totals.locator("[data-count=offline]").inner_text() == f"{offline} offline"
+    assert totals.locator("[data-count=not-started]").inner_text() == "1 not started yet"
+    shot(page, "fleet-new-machine")
+
+    page.goto(f"{stack}/machines/{machine_id}/")
+    assert page.locator(f"#host-{machine_id}-panel .conn .badge").inner_text() == \
+        "not started yet"
+
+    # The test-proof form lists only the machines that can prove now: running, engine online.
+    page.goto(f"{stack}/proofs/new/")
+    offered = [o for o in page.locator("#id_machine option").all_inner_texts()
+               if not o.startswith("auto")]
+    can_prove = sorted(m["name"] for m in api(page, "/api/v1/machines")
+                       if m["state"] == "running" and m["connected"])
+    assert offered == can_prove == ["local"]
+    # A request naming the new machine anyway (an old tab, the API) is refused: no job, so no
+    # failure charged to the machine and no alert.
+    csrf = page.locator("form.proof-form input[name=csrfmiddlewaretoken]").input_value()
+    answer = page.request.post(f"{stack}/proofs/new/", form={
+        "csrfmiddlewaretoken": csrf, "machine": str(machine_id), "kind": "winning-post",
+        "profile": "tiny", "count": "1", "priority": ""},
+        headers={"Referer": f"{stack}/proofs/new/"})
+    assert answer.status == 400 and "dead-box cannot take a test proof now: machine dead-box is registered" in answer.text()
+    assert api(page, f"/api/v1/proofs?machine={machine_id}")["count"] == 0
+
+
+def test_a_colleague_without_staff_sees_only_what_they_may_use(stack, page, browser):
+    # Staff adds a colleague through the admin, as a person would.
+    page.goto(f"{stack}/admin/auth/user/add/")
+    page.fill("#id_username", VIEWER)
+    page.fill("#id_password1", VIEWER_PASSWORD)
+    page.fill("#id_password2", VIEWER_PASSWORD)
+    page.locator("input[name=_save]").click()
+    page.wait_for_url(re.compile(r".*/admin/auth/user/\d+/change/$"))
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    viewer = context.new_page()
+    log_in(viewer, stack, VIEWER, VIEWER_PASSWORD)
+    nav = viewer.locator("header.topbar").inner_text()
+    assert "Autopilot" not in nav and "Notifications" not in nav and "Admin" not in nav
+    for path, title in (("/autopilot/", "Not allowed"), ("/notify/", "Not allowed")):
+        answer = viewer.goto(f"{stack}{path}")
+        assert answer is not None and answer.status == 403, path
+        assert viewer.url == f"{stack}{path}", "sent elsewhere (the admin's login?)"
+        assert viewer.locator("h1").inner_text() == title
+        assert "Only staff may use this page" in viewer.locator("main").inner_text()
+        assert viewer.locator("header.topbar").get_by_role("link", name="Fleet").is_visible()
+    shot(viewer, "not-allowed")
+    context.close()
+
+
+def row_of(element) -> dict:
+    return element.evaluate("""e => { const r = e.getBoundingClientRect();
+        return {top: r.top, bottom: r.bottom, left: r.left, height: r.height}; }""")
+
+
+def assert_box_beside_its_label(label) -> None:
+    """The box and its words share one row, the box first, at the label's start."""
+    box, whole = row_of(label.locator("input")), row_of(label)
+    assert whole["top"] <= box["top"] and box["bottom"] <= whole["bottom"] + 0.5, (box, whole)
+    assert whole["height"] < 2.2 * box["height"] + 8, (box, whole, label.inner_text())
+    assert abs(box["left"] - whole["left"]) < 4, (box, whole)
+
+
+def test_run_a_command_lists_boxes_beside_names_and_says_unreachable(stack, page):
+    machine_id = add_ssh_machine(page, stack, "far-box")
+    page.goto(f"{stack}/remote/machines/command/")
+    labels = page.locator("#command-machines label.check")
+    names = [t.strip() for t in labels.all_inner_texts()]
+    assert names[0] == "Select all" and "far-box" in names
+    for index in range(labels.count()):
+        assert_box_beside_its_label(labels.nth(index))
+    shot(page, "command-form")
+
+    page.get_by_label("Select all").check()
+    machines = page.locator("#command-machines input[name=machines]")
+    assert all(machines.nth(i).is_checked() for i in range(machines.count()))
+    page.get_by_label("Select all").uncheck()
+    assert not any(machines.nth(i).is_checked() for i in range(machines.count()))
+    page.get_by_label("far-box").check()
+    assert page.get_by_label("Select all").evaluate("b => b.indeterminate") == \
+        (machines.count() > 1)
+
+    page.fill("#id_command", "uptime")
+    page.fill("#id_timeout", "5")
+    page.get_by_role("button", name="Run").click()
+    result = page.locator(f"#command-{machine_id}")
+    result.wait_for()
+    assert result.locator("h2 [data-status]").inner_text() == "unreachable"
+    assert "timed out" not in result.inner_text() and "exit status" not in result.inner_text()
+    assert "cannot connect" in result.locator("pre").inner_text()
+    # The output box scrolls by itself rather than growing the page.
+    assert result.locator("pre").evaluate(
+        "p => [getComputedStyle(p).overflowY, getComputedStyle(p).maxHeight]")[0] == "auto"
+    events = api(page, "/api/v1/events?q=far-box")["items"]
+    assert any("far-box=255" in e["message"] for e in events), events
+
+
+def test_the_machine_page_guards_destroy_and_links_to_the_live_panel(stack, page):
+    machine_id = add_ssh_machine(page, stack, "box-7")
+    page.goto(f"{stack}/remote/machines/{machine_id}/")
+    destroy = page.get_by_role("button", name="Destroy…")
+    provision = page.get_by_role("button", name="Provision")
+    start = page.get_by_role("button", name="Start engine", exact=True)
+    style = "b => [getComputedStyle(b).backgroundColor, getComputedStyle(b).opacity]"
+    # Destroy stands apart from the other actions; a disabled action looks disabled.
+    assert destroy.evaluate(style)[0] != provision.evaluate(style)[0]
+    assert start.is_disabled() and float(start.evaluate(style)[1]) < 0.7
+    assert provision.is_enabled() and float(provision.evaluate(style)[1]) == 1.0
+    shot(page, "machine-page")
+
+    # Live panel and back, by links; the panel explains its cell colours.
+    page.locator("#to-live-panel").click()
+    page.wait_for_url(f"{stack}/machines/{machine_id}/")
+    legend = page.locator(".cell-key .legend-item")
+    assert legend.count() == len(PARTITION_PHASES) and "done" in legend.all_inner_texts()
+    assert page.locator("#connection-badge").evaluate(
+        "b => getComputedStyle(b).borderRadius") != page.locator(
+        f"#host-{machine_id}-panel .conn .badge").evaluate("b => getComputedStyle(b).borderRadius")
+    assert "page updates" in page.locator("header .page-updates").inner_text()
+    assert page.locator(f"#host-{machine_id}-panel .conn").inner_text().startswith("engine")
+    shot(page, "machine-panel")
+    page.locator("#to-machine-page").click()
+    page.wait_for_url(f"{stack}/remote/machines/{machine_id}/")
+
+    # Destroy asks first: dismissed, nothing happens; accepted, the machine is killed.
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    destroy.click()
+    assert asked == ["Destroy box-7? This cannot be undone."]
+    assert api(page, f"/api/v1/machines/{machine_id}")["state"] == "registered"
+    page.once("dialog", lambda d: d.accept())
+    destroy.click()
+    page.wait_for_load_state()
+    assert api(page, f"/api/v1/machines/{machine_id}")["state"] == "killed"
+
+
+def test_a_rented_machine_waits_for_its_address_before_provision_is_offered(
+        stack, page, fake_vast):
+    page.goto(f"{stack}/remote/offers/")
+    if page.locator("input[name=api_key]").count():
+        page.fill("input[name=api_key]", API_KEY)
+        page.get_by_role("button", name="Save key").click()
+    page.fill("#id_gpu_name", "RTX 4090")
+    page.get_by_role("button", name="Search").click()
+    # Nothing has benchmarked yet (the API's estimates are empty): the page says why the
+    # estimate columns are empty and what fills them.
+    assert all(o["proofs_per_hour"] is None for o in api(page, "/api/v1/offers"))
+    assert "until a machine with these GPUs has benchmarked" in page.locator(
+        "#no-estimates").inner_text()
+    assert page.locator("#offers-table .no-estimate").first.get_attribute("title")
+    page.locator("#offers-table tr[data-machine-id='40001']").get_by_role(
+        "button", name="Rent…").click()
+    page.locator("#rent-dialog").get_by_role("button", name="Rent").click()
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    machine_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    truth = api(page, f"/api/v1/machines/{machine_id}")
+    assert truth["vast_instance_id"] in fake_vast.instances
+    assert truth["host"] == "", truth  # the database: no SSH address yet
+
+    assert "waiting for Vast to give one" in page.locator("#waiting-for-address").inner_text()
+    provision = page.get_by_role("button", name="Provision")
+    assert provision.is_disabled()
+    assert "waiting for Vast to give an address" in provision.get_attribute("title")
+    shot(page, "rented-waiting")
+
+
+def test_a_failed_test_notification_says_why_in_plain_words_and_a_url_is_added_once(
+        stack, page):
+    url = f"json://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    page.goto(f"{stack}/notify/")
+    page.fill("#id_name", "pager")
+    page.fill("#id_url", url)
+    page.get_by_role("button", name="Add channel").click()
+    row = page.locator("#channels tr", has_text="pager")
+    row.wait_for()
+    row.get_by_role("button", name="Send test notification").click()
+    result = row.locator("[id^=test-result-]")
+    result.locator(".error").wait_for()
+    said = result.inner_text()
+    assert said.startswith("not sent:") and "connection refused" in said, said
+    assert not re.search(r"\d{4}-\d\d-\d\d|WARNING|DEBUG|Errno", said), said
+    page.reload()
+    delivery = page.locator("#deliveries tbody tr").first
+    assert "failed" in delivery.inner_text() and "works" not in delivery.inner_text()
+
+    # The same URL again: a clear form error, and still one channel.
+    page.fill("#id_name", "pager-2")
+    page.fill("#id_url", url)
+    page.get_by_role("button", name="Add channel").click()
+    assert "this URL is already the channel pager" in page.locator(".channel-form").inner_text()
+    assert page.locator("#channels tr", has_text="pager").count() == 1
+    shot(page, "notifications")
+
+
+def test_the_bad_machines_form_refuses_id_zero_and_other_scripts_digits(stack, page):
+    page.goto(f"{stack}/remote/bad-machines/")
+    # The browser's own check first: 0 is below the field's minimum, nothing is sent.
+    field = page.locator("input[name=provider_machine_id]")
+    field.fill("0")
+    page.fill("input[name=reason]", "typo")
+    assert field.evaluate("f => f.validity.rangeUnderflow")
+    # A request that skips the browser's check (another client, an old page): 400, said why.
+    csrf = page.locator("input[name=csrfmiddlewaretoken]").first.input_value()
+    for typed, said in (("0", "greater than or equal to 1"),
+                        ("٤٠٠٠١", "using the digits 0-9")):
+        answer = page.request.post(f"{stack}/remote/bad-machines/", form={
+            "csrfmiddlewaretoken": csrf, "provider_machine_id": typed, "reason": "typo"},
+            headers={"Referer": f"{stack}/remote/bad-machines/"})
+        assert answer.status == 400 and said in answer.text(), (typed, answer.status)
+    assert api(page, "/api/dashboard")["bad_machines"] == []
+
+
+SCHEMES = ("light", "dark")
+WIDTHS = {"wide": 1400, "phone": 390}
+
+
+def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
+    """Each page this issue changed, light and dark, wide and at 390 px: at 390 px nothing
+    widens the page past the screen (wide tables scroll in their own box) and the nav is one
+    row. Screenshots: test-output/browser/first-week-<page>-<scheme>-<width>.png."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    log_in(page, stack)
+    machine_id = add_ssh_machine(page, stack, "phone-box")
+    local_id = machine_named(page, "local")["id"]
+    pages = {"fleet": "/", "machine-panel": f"/machines/{local_id}/",
+             "machine-page": f"/remote/machines/{machine_id}/", "proof-new": "/proofs/new/",
+             "command": "/remote/machines/command/", "notifications": "/notify/",
+             "bad-machines": "/remote/bad-machines/"}
+    for scheme in SCHEMES:
+        page.emulate_media(color_scheme=scheme)
+        for width_name, width in WIDTHS.items():
+            page.set_viewport_size({"width": width, "height": 900})
+            for name, path in pages.items():
+                page.goto(stack + path)
+                page.wait_for_load_state("networkidle")
+                shot(page, f"{name}-{scheme}-{width_name}")
+                if width_name != "phone":
+                    continue
+                overflow = page.evaluate("document.documentElement.scrollWidth")
+                assert overflow <= width, (name, scheme, overflow)
+                nav, link = page.evaluate("""() => [
+                    document.querySelector("header.topbar nav").getBoundingClientRect().height,
+                    document.querySelector("header.topbar nav a").getBoundingClientRect().height]""")
+                assert nav < 2 * link, (name, nav, link)
+    context.close()
+
+
+def test_a_retry_from_two_tabs_is_one_retry_on_the_chosen_machine(stack, page, browser):
+    local = machine_named(page, "local")
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "porep-c2")
+    page.select_option("#id_profile", "tiny")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
+    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    page.get_by_role("button", name="Cancel").first.click()
+    page.wait_for_function(
+        "id => document.getElementById(`proof-${id}-status`).textContent.trim() === 'cancelled'",
+        arg=job_id, timeout=120_000)
+
+    second = page.context.new_page()  # the same proof in another tab, before any retry
+    second.goto(page.url)
+    page.reload()
+    page.get_by_role("button", name="Retry").first.click()
+    page.wait_for_url(lambda url: job_id not in url)
+    second.get_by_role("button", name="Retry").first.click()
+    second.wait_for_url(lambda url: job_id not in url)
+    assert second.url == page.url
+    assert "already retried" in second.locator(".messages").inner_text()
+
+    retries = [p for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]
+               if p["retry_of"] == job_id]
+    assert len(retries) == 1, retries
+    assert retries[0]["machine"] == local["id"], retries  # still the chosen machine
