@@ -147,7 +147,7 @@ async def test_an_upstream_cuzk_worker_is_rented_with_its_image_env_and_onstart(
     assert machine.engine_flavour == "cuzk-upstream" and machine.engine_port == 9821
     # Watched (its cuzk status through the SSH tunnel) once Vast has given it an address.
     assert machine.host == "" and not has_engine(machine)
-    machine.host = "203.0.113.9"
+    machine.host = "127.0.113.9"
     assert has_engine(machine)
     [create] = [body for method, _, body, _ in fake_vast.requests if method == "PUT"]
     min_rate = machine.remote.min_bench_rate
