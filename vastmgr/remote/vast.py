@@ -30,7 +30,8 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.fleet.models import Event, Machine
+from vastmgr.fleet import ledger
+from vastmgr.fleet.models import BillingInterval, Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.remote import alerts
@@ -57,6 +58,11 @@ LABEL_PREFIX = "vastmgr-"
 RENT_LOOKUP_GRACE = timedelta(minutes=5)
 # Vast's actual_status values on the way up; any other value than "running" means down.
 STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
+# Vast bills an instance's GPUs while it holds them (running, frozen, rebooting; and while
+# it cannot tell: unknown, offline); otherwise (being created, loading, stopped, exited)
+# only its disk.
+GPU_BILLING_STATUSES = {"running", "frozen", "rebooting", "unknown", "offline"}
+HOURS_PER_MONTH = 30 * 24  # Vast's storage_cost is $/GB/month (a 30-day month)
 
 
 @dataclass(frozen=True)
@@ -616,7 +622,9 @@ def _apply_facts(machine: Machine, instance: dict, listed_at: datetime) -> None:
 
 
 def _apply_instance(machine: Machine, instance: dict) -> None:
-    """Copy the provider's view (SSH endpoint once running, price) onto the Machine."""
+    """Copy the provider's view (SSH endpoint once running, price) onto the Machine, and
+    bill what the provider bills now (a price change at extension, a stop or a start, made
+    here or on Vast's side)."""
     changed = []
     endpoint = ssh_endpoint(instance) if instance.get("actual_status") == "running" else None
     if endpoint and (machine.host, machine.ssh_port) != endpoint:
@@ -628,6 +636,28 @@ def _apply_instance(machine: Machine, instance: dict) -> None:
         changed.append("price_per_hour")
     if changed:
         machine.save(update_fields=[*changed, "updated"])
+    _bill_as_listed(machine, instance)
+
+
+def _bill_as_listed(machine: Machine, instance: dict) -> None:
+    """Bill as Vast does: the disk from creation (storage_cost $/GB/month × disk_space GB),
+    the whole $/h (dph_total: GPUs and disk) only while the instance holds its GPUs."""
+    status = instance.get("actual_status") or ""
+    if status in GPU_BILLING_STATUSES:
+        if machine.price_per_hour is None:
+            return
+        current = (BillingInterval.objects.filter(machine=machine, ended_at__isnull=True)
+                   .values_list("kind", flat=True).first())
+        cause = ("price change" if current == BillingInterval.Kind.RUNNING
+                 else "start" if current is not None else "running")
+        ledger.bill(machine, BillingInterval.Kind.RUNNING, machine.price_per_hour,
+                    gpus=int(instance.get("num_gpus") or machine.gpu_count), cause=cause)
+        return
+    storage, disk = instance.get("storage_cost"), instance.get("disk_space")
+    rate = storage * disk / HOURS_PER_MONTH if isinstance(storage, int | float) and \
+        isinstance(disk, int | float) else 0.0
+    ledger.bill(machine, BillingInterval.Kind.STORED, rate,
+                cause="stop" if status == "stopped" else status or "created")
 
 
 def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
@@ -785,8 +815,11 @@ def _orphan_survived(instance_id: int, exc: VastError) -> None:
 
 
 def end_billing(machine: Machine) -> None:
+    """The rental is over (destroyed, killed, gone from Vast): it bills nothing from now."""
+    now = timezone.now()
     RemoteMachine.objects.filter(machine=machine, billing_ended__isnull=True).update(
-        billing_ended=timezone.now())
+        billing_ended=now)
+    ledger.stop_billing(machine, now)
 
 
 async def destroy(client: VastClient, machine: Machine, reason: str) -> None:
