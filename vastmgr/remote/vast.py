@@ -62,6 +62,7 @@ STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
 # it cannot tell: unknown, offline); otherwise (being created, loading, stopped, exited)
 # only its disk.
 GPU_BILLING_STATUSES = {"running", "frozen", "rebooting", "unknown", "offline"}
+CHARGES_PAGE_LIMIT = 500  # the server's maximum (official OpenAPI, showCharges)
 HOURS_PER_MONTH = 30 * 24  # Vast's storage_cost is $/GB/month (a 30-day month)
 
 
@@ -362,6 +363,41 @@ class VastClient:
             if not token:
                 return rows
 
+    async def charges(self, since: float, until: float) -> dict[int, tuple[float, dict]]:
+        """What Vast billed per instance between two times (`GET /api/v0/charges/`, as the
+        official `vastai show invoices-v1 --charges` reads it): instance id → (dollars,
+        {item type: dollars}) with the items Vast reports (gpu, disk, bwd, bwu)."""
+        found: dict[int, tuple[float, dict]] = {}
+        token = None
+        while True:
+            params: dict[str, Any] = {
+                "select_filters": {"day": {"gte": int(since), "lte": math.ceil(until)},
+                                   "type": {"in": ["instance"]}},
+                "limit": CHARGES_PAGE_LIMIT, "latest_first": "false", "format": "table"}
+            if token:
+                params["after_token"] = token
+            payload = await self.call("GET", "/api/v0/charges/", params=params)
+            rows = payload.get("results") if isinstance(payload, dict) else None
+            if not isinstance(rows, list):
+                raise VastError("Vast's charges hold no list of results")
+            for row in rows:
+                source = row.get("source") if isinstance(row, dict) else None
+                if row.get("type") != "instance" or not isinstance(source, str) or \
+                        not source.startswith("instance-") or \
+                        not source.removeprefix("instance-").isdigit():
+                    continue
+                items: dict[str, float] = {}
+                for item in row.get("items") or []:
+                    if isinstance(item, dict) and isinstance(item.get("amount"), int | float):
+                        kind = str(item.get("type"))
+                        items[kind] = items.get(kind, 0.0) + float(item["amount"])
+                amount = row.get("amount")
+                if isinstance(amount, int | float) and not isinstance(amount, bool):
+                    found[int(source.removeprefix("instance-"))] = (float(amount), items)
+            token = payload.get("next_token")
+            if not token:
+                return found
+
     async def instances_labelled(self, label: str, *, machine=None) -> list[dict]:
         return [i for i in await self.list_instances({"label": {"eq": label}}, machine=machine)
                 if i.get("label") == label]
@@ -647,9 +683,9 @@ def _bill_as_listed(machine: Machine, instance: dict) -> None:
         if machine.price_per_hour is None:
             return
         current = (BillingInterval.objects.filter(machine=machine, ended_at__isnull=True)
-                   .values_list("kind", flat=True).first())
-        cause = ("price change" if current == BillingInterval.Kind.RUNNING
-                 else "start" if current is not None else "running")
+                   .values_list("kind", "cause").first())
+        cause = ("price change" if current and current[0] == BillingInterval.Kind.RUNNING
+                 else "start" if current and current[1] == "stop" else "running")
         ledger.bill(machine, BillingInterval.Kind.RUNNING, machine.price_per_hour,
                     gpus=int(instance.get("num_gpus") or machine.gpu_count), cause=cause)
         return
@@ -838,3 +874,21 @@ def _kill_destroyed(machine_id: int, reason: str) -> None:
     end_billing(machine)
     if machine.state != Machine.State.KILLED:
         machine.kill(reason)
+
+
+async def pull_bills(client: VastClient, *, tolerance: float) -> int:
+    """Pull what Vast billed for each of our rentals since the first one began, keep it in the
+    ledger and hold it against the estimate there (one Event when they differ by more than
+    `tolerance`). Returns how many rentals were billed."""
+    first = await BillingInterval.objects.filter(machine__provider=Machine.Provider.VAST) \
+        .order_by("started_at").values_list("started_at", flat=True).afirst()
+    if first is None:
+        return 0
+    fetched_at = timezone.now()
+    charges = await client.charges(first.timestamp() - 86400, fetched_at.timestamp())
+    ours: set[int] = {i async for i in Machine.objects.filter(
+        provider=Machine.Provider.VAST, vast_instance_id__in=list(charges))
+        .values_list("vast_instance_id", flat=True)}
+    await sync_to_async(ledger.record_bills)(
+        {i: c for i, c in charges.items() if i in ours}, fetched_at, tolerance=tolerance)
+    return len(ours)

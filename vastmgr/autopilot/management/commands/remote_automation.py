@@ -4,6 +4,7 @@ import asyncio
 import signal
 
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand
 
 from vastmgr.autopilot.models import Autopilot
@@ -65,8 +66,21 @@ class Command(BaseCommand):
                                                   level=Event.Level.ERROR)
             except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
                 await self.faults.record(exc)
+        if client is not None:
+            await self.pull_bills(client)
         automation = Automation(vast_client=client)
         await automation.tick()
         await provision.revive_crashed(automation, self.links)
         self.pilot.client = client
         await self.pilot.tick()
+
+    async def pull_bills(self, client: vast.VastClient) -> None:
+        """Vast's charges, after the reconcile has written what changed: the ledger keeps them
+        beside its estimate (a failed pull leaves the last bill, shown with its age)."""
+        try:
+            await vast.pull_bills(client, tolerance=django_settings.VASTMGR_BILLING_TOLERANCE)
+        except vast.VastError as exc:
+            await sync_to_async(Event.record)("vast", f"pulling Vast's charges failed: {exc}",
+                                              level=Event.Level.WARNING)
+        except Exception as exc:  # noqa: BLE001 - the rules and the pilot still run
+            await self.faults.record(exc)
