@@ -749,9 +749,11 @@ async def reconcile(client: VastClient, *, webhook_url: str = "") -> dict:
     return plan.summary
 
 
+@transaction.atomic
 def _reconcile_rows(instances: list[dict], now: datetime) -> ReconcilePlan:
     """`now` is when the list was taken: a machine bound to an instance after that is not
-    judged on this list."""
+    judged on this list. One transaction: a reader that sees this listing's time sees
+    everything it changed (the billing intervals above all), never half of it."""
     plan = ReconcilePlan({"updated": 0, "killed": 0, "adopted": [], "destroyed": [],
                           "unmanaged": []})
     VastSync.mark(now)

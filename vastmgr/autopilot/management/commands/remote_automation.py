@@ -1,6 +1,7 @@
 """The remote automation loop: reconcile Vast instances and apply lifecycle rules every tick."""
 
 import asyncio
+import os
 import signal
 
 from asgiref.sync import sync_to_async
@@ -29,7 +30,10 @@ class Command(BaseCommand):
         self.pilot = Pilot(None)  # plans where it holds the autopilot's lease
 
     def add_arguments(self, parser):
-        parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
+        parser.add_argument(
+            "--interval", type=float,
+            default=float(os.environ.get("VASTMGR_AUTOMATION_INTERVAL_S") or 60.0),
+            help="seconds per tick (default: VASTMGR_AUTOMATION_INTERVAL_S, else 60)")
         parser.add_argument("--once", action="store_true", help="run one tick and exit")
 
     def handle(self, *args, interval: float, once: bool, **options):
