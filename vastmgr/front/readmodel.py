@@ -186,7 +186,6 @@ class MachineView:
         # Cached: a machine without one raises (and getattr catches) on every look.
         return getattr(self.machine, "remote", None)
 
-    @property
     def money(self) -> Reading:
         """The ledger as this render reads it (machine_views sets it; a lone view loads it)."""
         if self.reading is None or self.reading.now != self.now:
@@ -195,40 +194,40 @@ class MachineView:
 
     @property
     def billing_active(self) -> bool:
-        return self.money.billing_now(self.machine.pk)
+        return self.money().billing_now(self.machine.pk)
 
     @property
     def running_dph(self) -> float:
-        return self.money.dollars_per_hour(self.machine.pk)
+        return self.money().dollars_per_hour(self.machine.pk)
 
     @property
     def gpus_rented(self) -> int:
-        return self.money.gpus_rented(self.machine.pk)
+        return self.money().gpus_rented(self.machine.pk)
 
     @property
     def spent(self) -> float | None:
         """All it ever billed; None when it never billed (no price, never rented)."""
-        if not self.money.ever_billed(self.machine.pk):
+        if not self.money().ever_billed(self.machine.pk):
             return None
-        return self.money.spend(self.machine.pk)
+        return self.money().spend(self.machine.pk)
 
     @property
     def spent_24h(self) -> float | None:
-        if not self.money.ever_billed(self.machine.pk):
+        if not self.money().ever_billed(self.machine.pk):
             return None
-        return self.money.spend(self.machine.pk, since=self.now - 24 * 3600)
+        return self.money().spend(self.machine.pk, since=self.now - 24 * 3600)
 
     @property
     def cost_per_proof(self) -> float | None:
         """Measured: what the last 24 h cost divided by the proofs it delivered in them."""
-        if not self.money.ever_billed(self.machine.pk):
+        if not self.money().ever_billed(self.machine.pk):
             return None
-        return self.money.per_proof(self.done_24h, machine_id=self.machine.pk)
+        return self.money().per_proof(self.done_24h, machine_id=self.machine.pk)
 
     @property
     def billed(self) -> Billed | None:
         """What Vast billed for it (all time), as last pulled."""
-        return self.money.billed(self.machine.pk)
+        return self.money().billed(self.machine.pk)
 
     # ---- hardware, as the provider reports it (Vast's instance record), else the machine row
 
