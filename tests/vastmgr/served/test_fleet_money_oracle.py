@@ -173,6 +173,7 @@ class Oracle:
     def sample(self) -> None:
         # Settled: the product has listed Vast since every change, before any surface is read.
         seen_all = self.mark_seen()
+        bills_before = self.bills()
         start = time.time()
         before = self.fake_ledger(start)
         shown = self.read_surfaces()
@@ -213,6 +214,7 @@ class Oracle:
                          "/api/dashboard": float(dashboard["avg_price_per_proof"])}
             for surface, value in per_proof.items():
                 self.within(f"$/proof on {surface}", value, low / done, high / done)
+        self.check_bills(fleet, api, bills_before)
         for name, page in shown["machines"].items():
             record = after["machines"].get(name)
             first = before["machines"].get(name)
@@ -234,6 +236,29 @@ class Oracle:
                     self.equal(f"$/h on {name}'s row", _attr(row, 'data-dph="([\\d.]+)"'),
                                record["dph"], RATE_TOLERANCE)
 
+    def bills(self) -> list[tuple]:
+        return self.stack.query("SELECT instance_id, dollars, fetched_at FROM "
+                                "fleet_providerbill ORDER BY instance_id")
+
+    def check_bills(self, fleet: str, api: dict, bills_before: list[tuple]) -> None:
+        """What the product pulled from Vast's charges is what the fake billed when it was
+        pulled (the pull's time is its start: the fake answers a moment later, rounded to a
+        thousandth per item), and the pages show the sum of it (when no pull came between)."""
+        bills = self.bills()
+        for instance_id, dollars, fetched_at in bills:
+            at = datetime.fromisoformat(fetched_at).replace(tzinfo=UTC).timestamp()
+            record = self.vast(self.vast.fake.billing_records, at)[instance_id]
+            later = self.vast(self.vast.fake.billing_records, at + 5)[instance_id]
+            self.within(f"Vast's bill of vast-{instance_id} as pulled", float(dollars),
+                        record["gpu"] + record["disk"] - 0.002,
+                        later["gpu"] + later["disk"] + 0.002, monotonic=False)
+        if bills and bills == bills_before:
+            total = sum(float(d) for _, d, _ in bills)
+            self.equal("billed by Vast on the fleet totals",
+                       _attr(fleet, 'class="total-billed" data-billed="([\\d.]+)"'),
+                       total, 1e-4)
+            self.equal("billed by Vast on /api/v1/fleet", float(api["billed"] or 0), total, 1e-4)
+
     # ---- judging one figure
 
     def note(self, ok: bool, key: str, what: str) -> None:
@@ -241,13 +266,14 @@ class Oracle:
         if not ok:
             self.disagreements.append(f"sample {self.samples}: {key}: {what}")
 
-    def within(self, key: str, value: float | None, low: float, high: float) -> None:
+    def within(self, key: str, value: float | None, low: float, high: float, *,
+               monotonic: bool = True) -> None:
         if value is None:
             self.note(False, key, "not shown")
             return
         self.note(low - 1e-6 <= value <= high + 1e-6, key,
                   f"{value:.6f} outside [{low:.6f}, {high:.6f}]")
-        if key.startswith("spend"):
+        if monotonic and key.startswith("spend"):
             previous = self.last.get(key)
             self.note(previous is None or value >= previous - 1e-6, key + " (monotonic)",
                       f"went down from {previous} to {value:.6f}")
