@@ -1,5 +1,5 @@
 """Lifecycle automation with a controlled clock: timeouts, the bad-host flow, idle destroy,
-offline and failed-job alerts through a webhook, money spent."""
+offline and failed-job alerts through a webhook."""
 
 from datetime import timedelta
 
