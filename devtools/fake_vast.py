@@ -20,7 +20,19 @@ contract is clear it is stricter than the real service, so that a client mistake
   loading); they can exit, go offline or disappear; with `relist`, a destroyed instance's
   machine is offered again, as Vast lists a machine again once its renter leaves;
 - faults: 429 with or without Retry-After (seconds or HTTP date; JSON or plain-text body),
-  5xx, broken bodies, and a lost response after a create that did happen.
+  5xx, broken bodies, and a lost response after a create that did happen;
+- billing as Vast documents it, by the second of wall time: the disk (storage_cost $/GB/month
+  × disk GB) from creation to destruction, the GPUs (dph_base) only while the instance holds
+  them (running, frozen, rebooting, unknown, offline), a new price from the moment it changes
+  (`reprice`, as at a contract's extension), bandwidth where a test reports some
+  (`charge_bandwidth`); `PUT /api/v0/instances/<id>/` with `{"state": "stopped"|"running"}`
+  stops and starts an instance, and `GET /api/v0/charges/` answers as the official OpenAPI
+  (vast-ai/docs api-reference/openapi.yaml, operation showCharges) describes: `select_filters`
+  with `day.gte` and `day.lte` required (400 otherwise), `type.in`, `format` table|tree,
+  `latest_first`, `limit` 1..500, `after_token` (400 `invalid_token` when undecodable), and
+  per-contract rows with `gpu` / `disk` / `bwd` / `bwu` items, amounts rounded to 3 decimals.
+  `billing_records()` gives the fake's own record of every contract, for tests to check
+  the product's figures against.
 """
 
 import base64
@@ -89,6 +101,10 @@ class FakeVast:
         self._machine_ids = itertools.count(40_000)
         self.runner: web.AppRunner | None = None
         self.url = ""
+        # Wall-clock billing: per instance, its contract's segments (each at one rate) and
+        # bandwidth charges; kept after the instance is destroyed, as Vast keeps charges.
+        self.wall_clock = time.time
+        self.contracts: dict[int, dict] = {}
 
     # ------------------------------------------------------------------ market and clock
 
@@ -155,14 +171,90 @@ class FakeVast:
     def advance(self, seconds: float) -> None:
         """Move the fake's clock: instances progress null → loading → running on it."""
         self.clock += seconds
+        for instance_id in self.instances:
+            self._bill(instance_id)
 
     def set_status(self, instance_id: int, status: str, status_msg: str = "") -> None:
         """Force an instance's actual_status (exited, offline, unknown, running...)."""
         self.instances[instance_id]["_forced"] = status
         self.instances[instance_id]["status_msg"] = status_msg
+        self._bill(instance_id)
 
     def vanish(self, instance_id: int) -> None:
+        """The instance is destroyed on Vast's side (the console, another tool)."""
         del self.instances[instance_id]
+        self._end_contract(instance_id)
+
+    def reprice(self, instance_id: int, dph_base: float) -> None:
+        """The host's new GPU price, in force from now (as at a contract's extension)."""
+        instance = self.instances[instance_id]
+        instance["dph_base"] = dph_base
+        instance["dph_total"] = dph_base + self._storage_per_hour(instance)
+        self._bill(instance_id)
+
+    def charge_bandwidth(self, instance_id: int, *, down: float = 0.0, up: float = 0.0) -> None:
+        """Dollars of download / upload traffic billed to the instance's contract."""
+        contract = self.contracts[instance_id]
+        contract["bwd"] += down
+        contract["bwu"] += up
+
+    # ------------------------------------------------------------------ billing
+
+    GPU_BILLING = {"running", "frozen", "rebooting", "unknown", "offline"}
+
+    @staticmethod
+    def _storage_per_hour(instance: dict) -> float:
+        return instance["storage_cost"] * instance["disk_space"] / HOURS_PER_MONTH
+
+    def _bill(self, instance_id: int) -> None:
+        """Bring the contract's billing up to the instance's state now: a segment per rate."""
+        instance = self.instances[instance_id]
+        contract = self.contracts[instance_id]
+        status = self._status(instance)
+        gpu = instance["dph_base"] if status in self.GPU_BILLING else 0.0
+        rates = (gpu, self._storage_per_hour(instance))
+        segments = contract["segments"]
+        if segments and segments[-1]["end"] is None and (
+                segments[-1]["gpu"], segments[-1]["disk"]) == rates:
+            return
+        now = self.wall_clock()
+        if segments and segments[-1]["end"] is None:
+            segments[-1]["end"] = now
+        segments.append({"start": now, "end": None, "gpu": rates[0], "disk": rates[1],
+                         "gpus": instance["num_gpus"] if gpu else 0})
+
+    def _end_contract(self, instance_id: int) -> None:
+        contract = self.contracts[instance_id]
+        if contract["segments"] and contract["segments"][-1]["end"] is None:
+            contract["segments"][-1]["end"] = self.wall_clock()
+        contract["end"] = self.wall_clock()
+
+    def billing_records(self, until: float | None = None) -> dict[int, dict]:
+        """The fake's own record per contract (instance id → label, dollars billed up to
+        `until` (default now) by item, $/h and GPUs billing at `until`), computed from its
+        segments alone, for a test to hold the product's figures against."""
+        self._bill_all()
+        until = self.wall_clock() if until is None else until
+        records = {}
+        for instance_id, contract in self.contracts.items():
+            gpu = disk = dph = 0.0
+            gpus = 0
+            for seg in contract["segments"]:
+                end = until if seg["end"] is None else min(seg["end"], until)
+                hours = max(end - seg["start"], 0.0) / 3600
+                gpu += seg["gpu"] * hours
+                disk += seg["disk"] * hours
+                if seg["start"] <= until and (seg["end"] is None or seg["end"] > until):
+                    dph, gpus = seg["gpu"] + seg["disk"], seg["gpus"]
+            records[instance_id] = {"label": contract["label"], "gpu": gpu, "disk": disk,
+                                    "bwd": contract["bwd"], "bwu": contract["bwu"],
+                                    "dollars": gpu + disk + contract["bwd"] + contract["bwu"],
+                                    "dph": dph, "gpus": gpus}
+        return records
+
+    def _bill_all(self) -> None:
+        for instance_id in self.instances:
+            self._bill(instance_id)
 
     # ------------------------------------------------------------------ faults
 
@@ -220,6 +312,8 @@ class FakeVast:
         app.router.add_get("/api/v0/instances/", self.list_v0)
         app.router.add_get("/api/v0/instances/{id:\\d+}/", self.show)
         app.router.add_delete("/api/v0/instances/{id:\\d+}/", self.destroy)
+        app.router.add_put("/api/v0/instances/{id:\\d+}/", self.manage)
+        app.router.add_get("/api/v0/charges/", self.charges)
         app.router.add_post("/api/v0/instances/{id:\\d+}/ssh/", self.attach_ssh)
         runner = self.runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -353,15 +447,22 @@ class FakeVast:
             "template_id": None, "template_hash_id": None, "_created": self.clock,
             "_offer": offer,
         }
+        self.contracts[instance_id] = {"label": body.get("label"), "start": self.wall_clock(),
+                                       "end": None, "segments": [], "bwd": 0.0, "bwu": 0.0}
+        self._bill(instance_id)
         return instance_id
+
+    def _status(self, instance: dict) -> str | None:
+        """actual_status now: forced (exited, stopped...), else from the fake's clock."""
+        age = self.clock - instance["_created"]
+        boot = self.boots.get(instance["machine_id"], self.boot_s)
+        return instance.get("_forced") or (
+            None if age < (boot or self.boot_s)[0] else
+            "loading" if boot is None or age < boot[1] else "running")
 
     def _public(self, instance: dict) -> dict:
         """The instance as the API shows it now: status from the clock, ports while running."""
-        age = self.clock - instance["_created"]
-        boot = self.boots.get(instance["machine_id"], self.boot_s)
-        status = instance.get("_forced") or (
-            None if age < (boot or self.boot_s)[0] else
-            "loading" if boot is None or age < boot[1] else "running")
+        status = self._status(instance)
         row = {k: v for k, v in instance.items() if not k.startswith("_")}
         row["actual_status"] = status
         if status == "running":
@@ -410,9 +511,102 @@ class FakeVast:
         instance = self.instances.pop(int(request.match_info["id"]), None)
         if instance is None:
             return _error(404, "no_such_instance", "Instance not found")
+        self._end_contract(instance["id"])
         if self.relist:
             self.offers[instance["_offer"]["id"]] = instance["_offer"]
         return web.json_response({"success": True})
+
+    async def manage(self, request):
+        """Start or stop an instance (`{"state": "running"|"stopped"}`), or label it."""
+        instance = self.instances.get(int(request.match_info["id"]))
+        if instance is None:
+            return _error(404, "no_such_instance", "Instance not found")
+        body = request[BODY]
+        if not isinstance(body, dict) or not body or not set(body) <= {"state", "label"}:
+            return _error(400, "invalid_args", "the body sets state or label")
+        state = body.get("state")
+        if state is not None and state not in ("running", "stopped"):
+            return _error(400, "invalid_args", "state must be running or stopped")
+        if "label" in body:
+            instance["label"] = body["label"]
+        if state == "stopped":
+            instance["_forced"], instance["intended_status"] = "stopped", "stopped"
+        elif state == "running":
+            instance.pop("_forced", None)
+            instance["intended_status"] = "running"
+        self._bill(instance["id"])
+        return web.json_response({"success": True})
+
+    async def charges(self, request):
+        """Per-contract charges over a day range (showCharges in the official OpenAPI)."""
+        try:
+            filters = json.loads(request.query.get("select_filters", "null"))
+            limit = int(request.query.get("limit", 100))
+        except ValueError:
+            return _error(400, "invalid_args", "select_filters must be JSON; limit an integer")
+        day = filters.get("day") if isinstance(filters, dict) else None
+        if not isinstance(day, dict) or not all(
+                isinstance(day.get(k), int | float) for k in ("gte", "lte")):
+            return web.json_response({"success": False, "msg": "Must provide both 'day' gte "
+                                      "and lte filters for instance charges"}, status=400)
+        kinds = (filters.get("type") or {}).get("in", ["instance", "volume", "serverless"])
+        if not 1 <= limit <= 500 or request.query.get("format", "table") not in (
+                "table", "tree") or request.query.get("latest_first", "true") not in (
+                "true", "false", "True", "False"):
+            return _error(400, "invalid_args", "limit 1..500, format table|tree, "
+                                               "latest_first a boolean")
+        try:
+            after = int(base64.urlsafe_b64decode(request.query["after_token"]).decode())                 if "after_token" in request.query else 0
+        except ValueError:
+            return web.json_response({"success": False, "error": "invalid_token",
+                                      "msg": "Invalid pagination token"}, status=400)
+        self._bill_all()
+        now = self.wall_clock()
+        since, until = float(day["gte"]), min(float(day["lte"]), now)
+        rows = []
+        for instance_id, contract in sorted(self.contracts.items()):
+            if "instance" not in kinds or contract["start"] > until or (
+                    contract["end"] is not None and contract["end"] < since):
+                continue
+            rows.append(self._charge_row(instance_id, contract, since, until))
+        if request.query.get("latest_first", "true").lower() == "true":
+            rows.reverse()
+        page = rows[after:after + limit]
+        token = base64.urlsafe_b64encode(str(after + limit).encode()).decode() \
+            if after + limit < len(rows) else None
+        return web.json_response({"success": True, "count": len(page), "total": len(rows),
+                                  "next_token": token, "results": page})
+
+    def _charge_row(self, instance_id: int, contract: dict, since: float, until: float) -> dict:
+        items: list[dict] = []
+        start, end = max(contract["start"], since), min(contract["end"] or until, until)
+        for kind in ("gpu", "disk"):
+            amount = hours = 0.0
+            rate = 0.0
+            for seg in contract["segments"]:
+                seg_end = until if seg["end"] is None else min(seg["end"], until)
+                span = max(seg_end - max(seg["start"], since), 0.0) / 3600
+                if seg[kind] and span:
+                    amount += seg[kind] * span
+                    hours += span
+                    rate = seg[kind]
+            if amount:
+                items.append({"start": int(start), "end": int(end), "type": kind, "source": None,
+                              "description": f"{hours:.3f} hours at ${rate:.3f}/hour",
+                              "amount": round(amount, 3), "metadata": {}, "items": []})
+        for kind in ("bwd", "bwu"):
+            if contract[kind]:
+                items.append({"start": int(start), "end": int(end), "type": kind, "source": None,
+                              "description": f"{'download' if kind == 'bwd' else 'upload'}",
+                              "amount": round(contract[kind], 3), "metadata": {},
+                              "items": []})
+        days = max(end - start, 0.0) / 86400
+        return {"start": int(start), "end": int(end), "type": "instance",
+                "source": f"instance-{instance_id}",
+                "description": f"Instance {instance_id} Charges - {days:.0f} days",
+                "amount": round(sum(i["amount"] for i in items), 3),
+                "metadata": {"label": contract["label"]} if contract["label"] else {},
+                "items": items}
 
     async def attach_ssh(self, request):
         instance = self.instances.get(int(request.match_info["id"]))

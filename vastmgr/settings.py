@@ -122,6 +122,9 @@ VASTMGR_METRICS_TOKEN = os.environ.get("VASTMGR_METRICS_TOKEN", "").strip()
 VASTMGR_METRICS_RELAY_INTERVAL = metrics_config.env_positive("VASTMGR_METRICS_RELAY_INTERVAL_S", 15.0)
 VASTMGR_BUDGET_DOLLARS_PER_HOUR = metrics_config.env_positive("VASTMGR_BUDGET_DOLLARS_PER_HOUR", None)
 VASTMGR_BACKLOG_BUDGET_SECONDS = metrics_config.backlog_budgets()
+# The ledger (vastmgr/fleet/ledger.py): an Event when its estimate and what Vast billed differ
+# by more than this share of the bill.
+VASTMGR_BILLING_TOLERANCE = metrics_config.env_positive("VASTMGR_BILLING_TOLERANCE", 0.05)
 # Notifications (vastmgr/notify): retries wait the base, doubled each time, up to the cap.
 VASTMGR_NOTIFY_BACKOFF_SECONDS = metrics_config.env_positive("VASTMGR_NOTIFY_BACKOFF_S", 5.0)
 VASTMGR_NOTIFY_BACKOFF_CAP_SECONDS = metrics_config.env_positive("VASTMGR_NOTIFY_BACKOFF_CAP_S", 600.0)

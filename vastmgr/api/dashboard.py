@@ -2,7 +2,9 @@
 scripts written against it. Its instances are the ones that called home (vastmgr.instances),
 joined with what we know of their machines; our Vast machines that have not called home are
 "loading", as vast-manager showed rented instances not yet registered. Numbers we do not have
-(GPU utilisation and temperature, disk, bandwidth...) are 0, as Go's zero value was."""
+(GPU utilisation and temperature, disk, bandwidth...) are 0, as Go's zero value was. Money and
+GPU counts come from the ledger, so they are the fleet page's whether or not an instance called
+home."""
 
 from datetime import UTC, datetime
 
@@ -15,10 +17,12 @@ from ninja import Field, NinjaAPI, Schema
 from ninja.errors import HttpError
 
 from vastmgr.api.v1 import TokenAuth, django_auth
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import LOG_LINES_PER_INSTANCE, SOURCE_MAX, UUID_MAX, Instance, LogLine
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.lib.params import MAX_ID
+from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
 from vastmgr.remote.models import BadMachine, MachinePerf
 from vastmgr.remote.views import destroy
@@ -38,20 +42,20 @@ def _when(value: datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
-def _machine_facts(machine: Machine | None) -> dict:
+def _machine_facts(machine: Machine | None, money: ledger.Reading) -> dict:
     if machine is None:
         return {"vast_id": 0, "gpu_name": "", "num_gpus": 0, "dph_total": 0.0, "ssh_cmd": "",
                 "host_id": 0, "machine_id": 0, "public_ip": "", "start_date": 0.0}
     started = getattr(getattr(machine, "remote", None), "billing_started", None)
     return {"vast_id": machine.vast_instance_id or 0, "gpu_name": machine.gpu_name,
-            "num_gpus": machine.gpu_count, "dph_total": float(machine.price_per_hour or 0),
+            "num_gpus": machine.gpu_count, "dph_total": money.dollars_per_hour(machine.pk),
             "ssh_cmd": f"ssh -p {machine.ssh_port} {machine.ssh_user}@{machine.host}"
             if machine.host else "",
             "host_id": machine.vast_host_id or 0, "machine_id": machine.vast_machine_id or 0,
             "public_ip": machine.host, "start_date": started.timestamp() if started else 0.0}
 
 
-def _row(instance: Instance, log_lines: dict[str, int]) -> dict:
+def _row(instance: Instance, log_lines: dict[str, int], money: ledger.Reading) -> dict:
     row = {"uuid": instance.uuid, "label": instance.label, "runner_id": instance.runner_id,
            "state": instance.state, "min_rate": instance.min_rate,
            "registered_at": _when(instance.registered_at)}
@@ -60,11 +64,16 @@ def _row(instance: Instance, log_lines: dict[str, int]) -> dict:
                 "bench_rate": instance.bench_rate, "killed_at": _when(instance.killed_at),
                 "kill_reason": instance.kill_reason or None}
     row |= {k: v for k, v in optional.items() if v is not None}
-    facts = _machine_facts(instance.machine)
+    facts = _machine_facts(instance.machine, money)
     rate, lines = instance.bench_rate or 0, log_lines.get(instance.uuid, 0)
     return row | ZERO_FACTS | facts | {
         "price_per_proof": facts["dph_total"] / rate if rate > 0 else 0.0,
         "log_lines": lines, "has_logs": lines > 0}
+
+
+def _done_24h(now: float) -> int:
+    since = datetime.fromtimestamp(now, UTC) - ledger.PER_PROOF_WINDOW
+    return ProofJob.objects.filter(status=ProofJob.Status.DONE, finished_at__gte=since).count()
 
 
 def _vast_data_age() -> float | None:
@@ -79,7 +88,8 @@ def dashboard(request: HttpRequest) -> dict:
     instances = list(Instance.objects.select_related("machine", "machine__remote"))
     counts = dict(LogLine.objects.filter(uuid__in=[i.uuid for i in instances])
                   .values_list("uuid").annotate(n=Count("pk")).values_list("uuid", "n"))
-    rows = [_row(i, counts) for i in instances]
+    money = ledger.Reading.load()
+    rows = [_row(i, counts, money) for i in instances]
     called_home = {i.machine_id for i in instances if i.machine_id}
     loading = Machine.objects.filter(provider=Machine.Provider.VAST).exclude(
         state=Machine.State.KILLED).exclude(pk__in=called_home).select_related("remote")
@@ -87,20 +97,19 @@ def dashboard(request: HttpRequest) -> dict:
         rows.append({"uuid": "", "label": machine.name, "runner_id": 0, "state": "loading",
                      "min_rate": 0.0, "registered_at": "", "price_per_proof": 0.0,
                      "has_logs": False, "log_lines": 0}
-                    | ZERO_FACTS | _machine_facts(machine))
+                    | ZERO_FACTS | _machine_facts(machine, money))
     summary = {"total": len(rows), "running": 0, "benching": 0, "fetching": 0, "loading": 0,
-               "killed": 0, "total_dph": 0.0, "total_proofs_hour": 0.0,
-               "avg_price_per_proof": 0.0, "total_gpus": 0}
+               "killed": 0, "total_proofs_hour": 0.0,
+               # Money and GPUs from the ledger: every billing rental, called home or not.
+               "total_dph": money.dollars_per_hour(), "total_gpus": money.gpus_rented(),
+               "total_spent": money.spend(),
+               "avg_price_per_proof": money.per_proof(_done_24h(money.now)) or 0.0}
     bucket = {"running": "running", "bench_done": "benching", "params_done": "benching",
               "registered": "fetching", "killed": "killed", "loading": "loading"}
     for row in rows:
         summary[bucket[row["state"]]] += 1
         if row["state"] == "running":
-            summary["total_dph"] += row["dph_total"]
-            summary["total_gpus"] += row["num_gpus"]
             summary["total_proofs_hour"] += row.get("bench_rate", 0.0)
-    if summary["total_proofs_hour"] > 0:
-        summary["avg_price_per_proof"] = summary["total_dph"] / summary["total_proofs_hour"]
     return {"instances": rows,
             "bad_machines": [{"machine_id": str(b.provider_machine_id), "reason": b.reason,
                            "added_at": _when(b.created)}

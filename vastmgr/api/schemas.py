@@ -8,6 +8,7 @@ from uuid import UUID
 from ninja import Field, Schema
 
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES
+from vastmgr.fleet.ledger import PER_PROOF_RULE
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import MAX_SEED, ProofJob
 from vastmgr.remote.actions import ACTIONS, why_not
@@ -188,8 +189,14 @@ class FleetSummary(Schema):
     machines: int = Field(description="machines not killed")
     by_state: dict[str, int]
     connected: int = Field(description="machines whose engine link is up")
-    price_per_hour: Decimal = Field(description="$/h of the machines not killed")
-    gpus: int
+    price_per_hour: Decimal = Field(description="$/h billing now (the ledger)")
+    gpus: int = Field(description="GPUs rented now (the ledger)")
+    gpus_on_engines: int = Field(description="GPUs the running machines' engines report")
+    spent: Decimal = Field(description="all the fleet ever billed, estimated by the ledger "
+                                       "(killed and destroyed rentals included)")
+    billed: Decimal | None = Field(description="what Vast billed, as last pulled (None: never)")
+    billed_age_s: float | None = Field(description="seconds since that bill was pulled")
+    cost_per_proof_24h: Decimal | None = Field(description=PER_PROOF_RULE)
     proofs_queued: int
     proofs_in_flight: int
     proofs_done_24h: int

@@ -10,7 +10,7 @@ from uuid import UUID
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.utils import timezone
@@ -36,6 +36,7 @@ from vastmgr.api.schemas import (
     ProofPage,
     RentIn,
 )
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front.fleet_forms import EventListForm
 from vastmgr.front.proof_forms import ProofListForm, TestProofForm
@@ -48,6 +49,7 @@ from vastmgr.front.proof_views import (
     proof_files,
     unavailable_reason,
 )
+from vastmgr.front.readmodel import load_machines
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.lib.params import MAX_ID
 from vastmgr.proofs.models import ProofJob
@@ -371,14 +373,28 @@ def fleet_summary(request: HttpRequest):
     machines = Machine.objects.exclude(state=Machine.State.KILLED)
     since = timezone.now() - timedelta(hours=24)
     finished = ProofJob.objects.filter(finished_at__gte=since)
-    totals = machines.aggregate(price=Sum("price_per_hour"), gpus=Sum("gpu_count"))
+    money = ledger.Reading.load()
+    billed = money.billed()
+    done_24h = finished.filter(status=ProofJob.Status.DONE).count()
+    per_proof = money.per_proof(done_24h)
+    on_engines = sum(len(view.engine_gpus) for view in load_machines(money.now)
+                     if view.machine.state == Machine.State.RUNNING)
     return FleetSummary(
         machines=machines.count(),
         by_state=dict(machines.values_list("state").annotate(n=Count("pk")).values_list(
             "state", "n")),
         connected=MachineStatus.objects.filter(machine__in=machines, connected=True).count(),
-        price_per_hour=totals["price"] or Decimal(0), gpus=totals["gpus"] or 0,
+        price_per_hour=_dollars(money.dollars_per_hour()), gpus=money.gpus_rented(),
+        gpus_on_engines=on_engines, spent=_dollars(money.spend()),
+        billed=_dollars(billed.dollars) if billed else None,
+        billed_age_s=billed.age_s(money.now) if billed else None,
+        cost_per_proof_24h=_dollars(per_proof) if per_proof is not None else None,
         proofs_queued=ProofJob.objects.filter(status=ProofJob.Status.QUEUED).count(),
         proofs_in_flight=ProofJob.objects.filter(status__in=ProofJob.IN_FLIGHT).count(),
-        proofs_done_24h=finished.filter(status=ProofJob.Status.DONE).count(),
+        proofs_done_24h=done_24h,
         proofs_failed_24h=finished.filter(status=ProofJob.Status.FAILED).count())
+
+
+def _dollars(amount: float) -> Decimal:
+    """A ledger figure as the API's decimal (to a millionth of a dollar)."""
+    return Decimal(str(amount)).quantize(Decimal("0.000001"))

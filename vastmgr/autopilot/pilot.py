@@ -23,6 +23,7 @@ from vastmgr.autopilot import planner_input as snapshot
 from vastmgr.autopilot.models import EVENT_KIND, Autopilot, ManagedMachine, Proposal
 from vastmgr.autopilot.planner import Action, Decision, Plan
 from vastmgr.fleet.leases import controller_name
+from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.lib.errors import ProvisionError, VastError
 from vastmgr.proofs.models import ProofJob
@@ -174,8 +175,9 @@ def _mode() -> str:
 
 def _caps_refuse(price: float, now: datetime) -> str:
     pilot = Autopilot.current()
-    snap_hosts = snapshot.hosts(snapshot.RemoteSettings.load(), now)
-    spend = sum(h.price_per_hour for h in snap_hosts)
+    money = Reading.load(now.timestamp())
+    snap_hosts = snapshot.hosts(snapshot.RemoteSettings.load(), now, money)
+    spend = snapshot.committed_per_hour(snap_hosts, money)
     rents = ManagedMachine.objects.filter(rented_at__gt=now - timedelta(hours=1)).count()
     if spend + price > pilot.max_dollars_per_hour:
         return (f"the fleet's ${spend:.3f}/h plus ${price:.3f}/h would pass the cap "

@@ -123,6 +123,8 @@ class Snapshot:
     bad_machines: frozenset[int] = frozenset()
     rents_last_hour: int = 0
     last_change_s: float | None = None
+    # $/h billing now for machines not among `hosts` (the ledger's): counted against the cap.
+    billed_elsewhere_per_hour: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,7 @@ class _Fleet:
     proving: list[Host]
     starting: list[Host]
     draining: list[Host]
+    billed_elsewhere: float = 0.0
 
     def serving(self) -> list[Mapping[str, float]]:
         return [h.rates for h in self.proving]
@@ -271,7 +274,8 @@ class _Fleet:
         return len(self.proving) + len(self.starting) + len(self.draining)
 
     def spend(self) -> float:
-        return sum(h.price_per_hour for h in self.proving + self.starting + self.draining)
+        return self.billed_elsewhere + sum(
+            h.price_per_hour for h in self.proving + self.starting + self.draining)
 
 
 def plan(snap: Snapshot) -> Plan:
@@ -279,7 +283,8 @@ def plan(snap: Snapshot) -> Plan:
     decisions: list[Decision] = []
     fleet = _Fleet([h for h in snap.hosts if h.phase == MachinePhase.PROVING],
                    [h for h in snap.hosts if h.phase == MachinePhase.STARTING],
-                   [h for h in snap.hosts if h.phase == MachinePhase.DRAINING])
+                   [h for h in snap.hosts if h.phase == MachinePhase.DRAINING],
+                   snap.billed_elsewhere_per_hour)
     spend_now = fleet.spend()
     forecasts = forecast(snap.work, fleet.serving())
     since_change = math.inf if snap.last_change_s is None else snap.now_s - snap.last_change_s

@@ -12,6 +12,7 @@ from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS
 from vastmgr.autopilot import planner
 from vastmgr.autopilot.models import Autopilot, ManagedMachine
 from vastmgr.autopilot.planner import Host, KindWork, MachinePhase, Offer, Snapshot
+from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.config import RemoteSettings
@@ -91,7 +92,11 @@ def machine_rates(machine: Machine, settings: RemoteSettings, now: datetime) -> 
     return rates
 
 
-def hosts(settings: RemoteSettings, now: datetime) -> tuple[Host, ...]:
+def hosts(settings: RemoteSettings, now: datetime,
+          money: Reading | None = None) -> tuple[Host, ...]:
+    """The machines the planner counts as capacity. A host's $/h is what the ledger bills for
+    it now, or its quoted price while it does not bill that much yet (starting: it will)."""
+    money = money or Reading.load(now.timestamp())
     found = []
     for machine in Machine.objects.exclude(state__in=(Machine.State.KILLED,
                                                       Machine.State.STOPPED)).filter(
@@ -111,7 +116,8 @@ def hosts(settings: RemoteSettings, now: datetime) -> tuple[Host, ...]:
         since = max(filter(None, [last_work, state_since(machine)]))
         rented = managed.rented_at if managed is not None else machine.created
         found.append(Host(
-            machine.pk, machine.name, phase, float(machine.price_per_hour or 0),
+            machine.pk, machine.name, phase,
+            max(money.dollars_per_hour(machine.pk), float(machine.price_per_hour or 0)),
             machine_rates(machine, settings, now), in_flight, (now - rented).total_seconds(),
             0.0 if in_flight else (now - since).total_seconds(), managed is not None,
             machine.vast_machine_id))
@@ -131,13 +137,28 @@ def offers(raw: list[dict], settings: RemoteSettings) -> tuple[Offer, ...]:
     return tuple(found)
 
 
+def billed_elsewhere(counted: tuple[Host, ...], money: Reading) -> float:
+    """$/h the ledger bills now for machines the planner does not count (an operator's machine
+    still registering, a stopped rental's disk...): the caps are held against all of it."""
+    return max(0.0, money.dollars_per_hour()
+               - sum(money.dollars_per_hour(h.machine_id) for h in counted))
+
+
+def committed_per_hour(counted: tuple[Host, ...], money: Reading) -> float:
+    """What the caps are checked against: the ledger's $/h now, with the full price of the
+    counted hosts that do not bill it yet."""
+    return billed_elsewhere(counted, money) + sum(h.price_per_hour for h in counted)
+
+
 def build(pilot: Autopilot, raw_offers: list[dict], now: datetime) -> Snapshot:
     settings = RemoteSettings.load()
     last_change = pilot.last_change_at.timestamp() if pilot.last_change_at else None
+    money = Reading.load(now.timestamp())
+    counted = hosts(settings, now, money)
     return Snapshot(
-        now.timestamp(), work(pilot, now), hosts(settings, now), offers(raw_offers, settings),
+        now.timestamp(), work(pilot, now), counted, offers(raw_offers, settings),
         pilot.limits(), pipeline_s(Machine.Provider.VAST),
         frozenset(BadMachine.objects.filter(provider=Machine.Provider.VAST)
                   .values_list("provider_machine_id", flat=True)),
         ManagedMachine.objects.filter(rented_at__gt=now - timedelta(hours=1)).count(),
-        last_change)
+        last_change, billed_elsewhere(counted, money))

@@ -13,6 +13,7 @@ from vastmgr.autopilot.forms import LimitsForm
 from vastmgr.autopilot.models import EVENT_KIND, Autopilot, Proposal
 from vastmgr.autopilot.planner import duration
 from vastmgr.autopilot.planner_input import RemoteSettings, hosts
+from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.models import Event
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.lib.http import AuthenticatedHttpRequest, staff_only
@@ -30,8 +31,10 @@ def _client() -> vast.VastClient | None:
 
 def _live(pilot: Autopilot) -> dict:
     """What the page shows that changes on its own (the first render and every poll)."""
-    fleet = hosts(RemoteSettings.load(), timezone.now())
-    spend = sum(h.price_per_hour for h in fleet)
+    now = timezone.now()
+    money = Reading.load(now.timestamp())
+    fleet = hosts(RemoteSettings.load(), now, money)
+    spend = money.dollars_per_hour()  # the ledger's, as on every page
     plan = pilot.plan or {}
     return {
         "pilot": pilot, "modes": Autopilot.Mode, "plan": plan, "spend": spend,

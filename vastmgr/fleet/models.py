@@ -114,6 +114,10 @@ class Machine(models.Model):
             self.state = target
             self.kill_reason = reason if target == self.State.KILLED else ""
             self.save(update_fields=["state", "kill_reason", "updated"])
+            if target == self.State.KILLED:
+                # A killed machine bills nothing (the ledger's intervals end with it).
+                BillingInterval.objects.filter(machine=self, ended_at__isnull=True).update(
+                    ended_at=timezone.now())
             Event.record(
                 "lifecycle",
                 f"{self.name}: {previous} → {target}" + (f" ({reason})" if reason else ""),
@@ -366,3 +370,51 @@ class MachineLease(models.Model):
     def release(cls, owner: str) -> None:
         """Give every lease of `owner` back at once (a clean shutdown)."""
         cls.objects.filter(owner=owner).update(owner="", expires=None)
+
+
+class BillingInterval(models.Model):
+    """One stretch of a rental billed at one rate: what the ledger (vastmgr.fleet.ledger) sums.
+    Kept for ever, the machine's deletion included (its name stays), so spend never goes down."""
+
+    class Kind(models.TextChoices):
+        RUNNING = "running"  # the GPUs and the disk bill: the rental's whole $/h
+        STORED = "stored"  # stopped: only the disk bills
+
+    machine = models.ForeignKey(Machine, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="billing_intervals")
+    machine_name = models.CharField(max_length=Machine.NAME_MAX_LENGTH)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    dollars_per_hour = models.DecimalField(max_digits=10, decimal_places=6)
+    # The GPUs billed in this interval (none while stored).
+    gpus = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # What wrote it: "rent", "price change", "stop", "start", "registered"...
+    cause = models.CharField(max_length=40)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        constraints = [models.UniqueConstraint(
+            fields=["machine"], condition=models.Q(ended_at__isnull=True),
+            name="one_open_billing_interval_per_machine")]
+
+    def __str__(self) -> str:
+        return (f"{self.machine_name} {self.kind} ${self.dollars_per_hour}/h from "
+                f"{self.started_at:%Y-%m-%d %H:%M:%S}")
+
+
+class ProviderBill(models.Model):
+    """What the provider last billed for one rental (Vast's `GET /api/v0/charges/`), all time:
+    the figure the ledger's estimate is held against."""
+
+    machine = models.OneToOneField(Machine, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="provider_bill")
+    machine_name = models.CharField(max_length=Machine.NAME_MAX_LENGTH)
+    instance_id = models.BigIntegerField(unique=True)
+    dollars = models.DecimalField(max_digits=12, decimal_places=4)
+    # The provider's breakdown: {"gpu": $, "disk": $, "bwd": $, "bwu": $} as far as reported.
+    items = models.JSONField(default=dict, blank=True)
+    fetched_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.machine_name}: ${self.dollars} billed (as of {self.fetched_at})"

@@ -9,6 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Machine
 from vastmgr.front import fragments
 from vastmgr.instances.models import Instance, LogLine
@@ -25,7 +26,7 @@ def row_detail(request: AuthenticatedHttpRequest, machine_id: int) -> HttpRespon
     now = time.time()
     return render(request, "fleet/detail/row_detail.html", {
         "machine": machine, "remote": remote,
-        "spent": remote.spent() if remote else None,
+        "money": ledger.machine_money(machine.pk, now),
         "instance": machine.callhome_instances.order_by("-runner_id").first(),
         "panel_html": fragments.render_machine_panel(machine, now),
         "charts_html": fragments.render_machine_charts(machine, now),

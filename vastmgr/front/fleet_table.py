@@ -34,7 +34,8 @@ SORT_VALUES: dict[str, Callable[[MachineView], Any]] = {
     "ram": lambda h: h.ram["total_gb"] if h.ram else None,
     "uptime": lambda h: h.uptime,
     "rate": lambda h: h.machine.bench_rate,
-    "dph": lambda h: h.machine.price_per_hour,
+    # What bills now (the ledger's); a machine that bills nothing sorts after those that do.
+    "dph": lambda h: h.running_dph if h.billing_active else None,
     "ppp": lambda h: h.cost_per_proof if h.cost_per_proof is not None
     else h.bench_cost_per_proof,
     "done": lambda h: h.done_24h,

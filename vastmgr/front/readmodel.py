@@ -21,6 +21,7 @@ from typing import ClassVar
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
+from vastmgr.fleet.ledger import PER_PROOF_RULE, Billed, Reading
 from vastmgr.fleet.liveness import LIVE, OFFLINE, connection_state
 from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
@@ -63,6 +64,7 @@ class MachineView:
     done_24h: int = 0
     failed_24h: int = 0
     bad_host: BadMachine | None = None  # its provider machine is on the bad-machines list
+    reading: Reading | None = None  # the ledger as this render reads it (see `money`)
 
     # The cached values that depend on `now`: dropped when the view moves in time.
     MOVES_WITH_NOW: ClassVar[tuple[str, ...]] = ("connection",)
@@ -191,51 +193,56 @@ class MachineView:
                 and self.now - since.timestamp() >= IDLE_FLAG_HOLD
                 and idle_with_work_waiting(self.snapshot))
 
-    # ---- cost
+    # ---- cost: read from the ledger (vastmgr.fleet.ledger), which owns money
 
     @cached_property
     def billing(self):
-        """The remote app's billing record (billing start/end), if this machine has one."""
+        """The remote app's record (billing start and end, Vast's facts), if it has one."""
         # Cached: a machine without one raises (and getattr catches) on every look.
         return getattr(self.machine, "remote", None)
 
+    def money(self) -> Reading:
+        """The ledger as this render reads it (machine_views sets it; a lone view loads it)."""
+        if self.reading is None or self.reading.now != self.now:
+            self.reading = Reading.load(self.now, [self.machine.pk])
+        return self.reading
+
     @property
     def billing_active(self) -> bool:
-        remote = self.billing
-        return (self.machine.price_per_hour is not None and remote is not None
-                and remote.billing_started is not None and remote.billing_ended is None)
+        return self.money().billing_now(self.machine.pk)
 
     @property
     def running_dph(self) -> float:
-        price = self.machine.price_per_hour
-        return float(price) if price is not None and self.billing_active else 0.0
+        return self.money().dollars_per_hour(self.machine.pk)
 
-    def _billed(self, since: float | None = None) -> float | None:
-        """Dollars billed since `since` (default: since billing started); None when the
-        machine has no price or was never billed."""
-        price, remote = self.machine.price_per_hour, self.billing
-        if price is None or remote is None or remote.billing_started is None:
-            return None
-        start = remote.billing_started.timestamp()
-        end = remote.billing_ended.timestamp() if remote.billing_ended else self.now
-        if since is not None:
-            start = max(start, since)
-        return float(price) * (max(end - start, 0.0) / 3600)
+    @property
+    def gpus_rented(self) -> int:
+        return self.money().gpus_rented(self.machine.pk)
 
     @property
     def spent(self) -> float | None:
-        return self._billed()
+        """All it ever billed; None when it never billed (no price, never rented)."""
+        if not self.money().ever_billed(self.machine.pk):
+            return None
+        return self.money().spend(self.machine.pk)
 
     @property
     def spent_24h(self) -> float | None:
-        return self._billed(self.now - 24 * 3600)
+        if not self.money().ever_billed(self.machine.pk):
+            return None
+        return self.money().spend(self.machine.pk, since=self.now - 24 * 3600)
 
     @property
     def cost_per_proof(self) -> float | None:
-        """Measured: what the last 24 h cost divided by the proofs it delivered."""
-        if self.spent_24h is None or not self.done_24h:
+        """Measured: what the last 24 h cost divided by the proofs it delivered in them."""
+        if not self.money().ever_billed(self.machine.pk):
             return None
-        return self.spent_24h / self.done_24h
+        return self.money().per_proof(self.done_24h, machine_id=self.machine.pk)
+
+    @property
+    def billed(self) -> Billed | None:
+        """What Vast billed for it (all time), as last pulled."""
+        return self.money().billed(self.machine.pk)
 
     # ---- hardware, as the provider reports it (Vast's instance record), else the machine row
 
@@ -360,6 +367,7 @@ def machine_views(machines: Sequence[Machine], statuses: Mapping[int, MachineSta
     bad = {b.provider_machine_id: b for b in BadMachine.objects.filter(
         provider=Machine.Provider.VAST, provider_machine_id__in=provider_ids)} \
         if provider_ids else {}
+    money = Reading.load(now, [m.pk for m in machines])
     views = []
     for machine in machines:
         row = counts.get(machine.pk, {})
@@ -369,9 +377,11 @@ def machine_views(machines: Sequence[Machine], statuses: Mapping[int, MachineSta
             else None
         view = kept.get(machine.pk) if kept is not None else None
         if view is not None and view.same_rows(machine, status, done, failed, bad_host):
-            views.append(view.at(now))
+            view = view.at(now)
+            view.reading = money
+            views.append(view)
         else:
-            views.append(MachineView(machine, status, now, done, failed, bad_host))
+            views.append(MachineView(machine, status, now, done, failed, bad_host, money))
     return views
 
 
@@ -407,7 +417,7 @@ def state_cards(hosts: list[MachineView], now: float) -> dict:
                     "count": sum(1 for h in hosts if h.machine.state in states)}
                    for key, (label, states) in STATE_GROUPS.items()],
         "killed": killed_machines(since - KILLED_WINDOW).count(),
-        "gpus": sum(h.gpu_count or 0 for h in running),
+        "gpus_engines": sum(len(h.engine_gpus) for h in running),
         "proofs_1h": done_1h,
         "bench_rate": sum(rates) if rates else None,
         "unmanaged": UnmanagedInstance.objects.count(),
@@ -430,11 +440,9 @@ def fleet_totals(hosts: list[MachineView], now: float | None = None) -> dict:
         count=Count("id"), oldest=Min("submitted_at"))
     oldest = queued["oldest"]
     live = [h for h in hosts if h.connection == LIVE]
-    # A host without a price, or never billed, costs nothing we know of (None, not 0).
-    spent = [cost for h in hosts if (cost := h.spent) is not None]
-    billed_24h = [(cost, h.done_24h) for h in hosts if (cost := h.spent_24h) is not None]
-    spent_24h = sum(cost for cost, _ in billed_24h)
-    done_priced = sum(done for _, done in billed_24h)
+    # Money: the whole fleet's, killed and destroyed rentals included, from the ledger.
+    money = Reading.load(now)
+    billed = money.billed()
     # Jobs the dashboard holds while a live engine has an idle worker and nothing waiting:
     # dispatch takes a tick, so only a job queued for longer than the hold counts.
     undispatched = (oldest is not None and now - oldest.timestamp() >= IDLE_FLAG_HOLD
@@ -452,9 +460,13 @@ def fleet_totals(hosts: list[MachineView], now: float | None = None) -> dict:
         "partitions_waiting": sum(h.partitions_waiting for h in live),
         "queued_jobs": queued["count"],
         **{f"{key}_24h": value for key, value in finished.items()},
-        "dph": sum(h.running_dph for h in hosts),
-        "spent": sum(spent) if spent else None,
-        "cost_per_proof": spent_24h / done_priced if done_priced else None,
+        "dph": money.dollars_per_hour(),
+        "spent": money.spend() if money.spans else None,
+        "cost_per_proof": money.per_proof(finished["done"]),
+        "cost_per_proof_rule": PER_PROOF_RULE,
+        "billed": billed.dollars if billed else None,
+        "billed_age": billed.age_s(now) if billed else None,
+        "gpus_rented": money.gpus_rented(),
         "idle_while_waiting": any(h.gpu_idle_while_waiting for h in hosts) or undispatched,
         **state_cards(hosts, now),
     }

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from cuzk_engine.vocabulary import KINDS
+from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.liveness import LIVE, OFFLINE, STALE
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.front.readmodel import MachineView, load_machines
@@ -110,6 +111,26 @@ def _cost(hosts: list[MachineView]) -> Iterator[Metric]:
             spent.add_metric([h.machine.name], h.spent)
     yield dph
     yield spent
+    # The fleet's own figures, destroyed rentals included: the spend counter never goes down
+    # when a machine is destroyed (its host series simply ends).
+    money = Reading.load()
+    fleet_spent = CounterMetricFamily(
+        "vastmgr_fleet_spent_dollars", "Money the fleet ever spent (the ledger's estimate, "
+        "destroyed and killed rentals included)")
+    fleet_spent.add_metric([], money.spend())
+    yield fleet_spent
+    fleet_dph = _gauge("vastmgr_fleet_cost_dollars_per_hour", "What the fleet bills now ($/h)")
+    fleet_dph.add_metric([], money.dollars_per_hour())
+    yield fleet_dph
+    gpus = _gauge("vastmgr_fleet_gpus_rented", "GPUs rented now (the ledger)")
+    gpus.add_metric([], money.gpus_rented())
+    yield gpus
+    billed = money.billed()
+    if billed is not None:
+        vast_billed = _gauge("vastmgr_fleet_billed_dollars",
+                             "What Vast billed for the fleet, as last pulled from its charges")
+        vast_billed.add_metric([], billed.dollars)
+        yield vast_billed
     budget = settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR
     if budget is not None:
         limit = _gauge("vastmgr_budget_dollars_per_hour",

@@ -8,6 +8,7 @@ import time
 
 from django.conf import settings
 
+from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.models import Event
 from vastmgr.front.readmodel import MachineView, load_machines
 
@@ -30,7 +31,7 @@ def _budget(hosts: list[MachineView]) -> list[Event]:
     budget = settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR
     if budget is None:
         return []
-    dph = sum(h.running_dph for h in hosts)
+    dph = Reading.load().dollars_per_hour()
     over = dph > budget
     latest = _latest_budget_alert()
     if over == bool(latest and latest.data.get("over")):

@@ -1,4 +1,3 @@
-from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
@@ -116,15 +115,6 @@ class RemoteMachine(models.Model):
     @property
     def ssh_key_secret_name(self) -> str:
         return f"ssh_key:{self.machine_id}"
-
-    def spent(self, now=None) -> Decimal:
-        """Money spent so far: $/h × billed hours (from rent, or from when we started counting)."""
-        price = self.machine.price_per_hour
-        if price is None or self.billing_started is None:
-            return Decimal(0)
-        end = self.billing_ended or now or timezone.now()
-        hours = Decimal(max((end - self.billing_started).total_seconds(), 0)) / Decimal(3600)
-        return (price * hours).quantize(Decimal("0.0001"))
 
     @classmethod
     def for_machine(cls, machine: Machine) -> "RemoteMachine":

@@ -30,7 +30,8 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from vastmgr.fleet.models import Event, Machine
+from vastmgr.fleet import ledger
+from vastmgr.fleet.models import BillingInterval, Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
 from vastmgr.remote import alerts
@@ -57,6 +58,12 @@ LABEL_PREFIX = "vastmgr-"
 RENT_LOOKUP_GRACE = timedelta(minutes=5)
 # Vast's actual_status values on the way up; any other value than "running" means down.
 STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
+# Vast bills an instance's GPUs while it holds them (running, frozen, rebooting; and while
+# it cannot tell: unknown, offline); otherwise (being created, loading, stopped, exited)
+# only its disk.
+GPU_BILLING_STATUSES = {"running", "frozen", "rebooting", "unknown", "offline"}
+CHARGES_PAGE_LIMIT = 500  # the server's maximum (official OpenAPI, showCharges)
+HOURS_PER_MONTH = 30 * 24  # Vast's storage_cost is $/GB/month (a 30-day month)
 
 
 @dataclass(frozen=True)
@@ -356,6 +363,41 @@ class VastClient:
             if not token:
                 return rows
 
+    async def charges(self, since: float, until: float) -> dict[int, tuple[float, dict]]:
+        """What Vast billed per instance between two times (`GET /api/v0/charges/`, as the
+        official `vastai show invoices-v1 --charges` reads it): instance id → (dollars,
+        {item type: dollars}) with the items Vast reports (gpu, disk, bwd, bwu)."""
+        found: dict[int, tuple[float, dict]] = {}
+        token = None
+        while True:
+            params: dict[str, Any] = {
+                "select_filters": {"day": {"gte": int(since), "lte": math.ceil(until)},
+                                   "type": {"in": ["instance"]}},
+                "limit": CHARGES_PAGE_LIMIT, "latest_first": "false", "format": "table"}
+            if token:
+                params["after_token"] = token
+            payload = await self.call("GET", "/api/v0/charges/", params=params)
+            rows = payload.get("results") if isinstance(payload, dict) else None
+            if not isinstance(rows, list):
+                raise VastError("Vast's charges hold no list of results")
+            for row in rows:
+                source = row.get("source") if isinstance(row, dict) else None
+                if row.get("type") != "instance" or not isinstance(source, str) or \
+                        not source.startswith("instance-") or \
+                        not source.removeprefix("instance-").isdigit():
+                    continue
+                items: dict[str, float] = {}
+                for item in row.get("items") or []:
+                    if isinstance(item, dict) and isinstance(item.get("amount"), int | float):
+                        kind = str(item.get("type"))
+                        items[kind] = items.get(kind, 0.0) + float(item["amount"])
+                amount = row.get("amount")
+                if isinstance(amount, int | float) and not isinstance(amount, bool):
+                    found[int(source.removeprefix("instance-"))] = (float(amount), items)
+            token = payload.get("next_token")
+            if not token:
+                return found
+
     async def instances_labelled(self, label: str, *, machine=None) -> list[dict]:
         return [i for i in await self.list_instances({"label": {"eq": label}}, machine=machine)
                 if i.get("label") == label]
@@ -616,7 +658,9 @@ def _apply_facts(machine: Machine, instance: dict, listed_at: datetime) -> None:
 
 
 def _apply_instance(machine: Machine, instance: dict) -> None:
-    """Copy the provider's view (SSH endpoint once running, price) onto the Machine."""
+    """Copy the provider's view (SSH endpoint once running, price) onto the Machine, and
+    bill what the provider bills now (a price change at extension, a stop or a start, made
+    here or on Vast's side)."""
     changed = []
     endpoint = ssh_endpoint(instance) if instance.get("actual_status") == "running" else None
     if endpoint and (machine.host, machine.ssh_port) != endpoint:
@@ -628,6 +672,28 @@ def _apply_instance(machine: Machine, instance: dict) -> None:
         changed.append("price_per_hour")
     if changed:
         machine.save(update_fields=[*changed, "updated"])
+    _bill_as_listed(machine, instance)
+
+
+def _bill_as_listed(machine: Machine, instance: dict) -> None:
+    """Bill as Vast does: the disk from creation (storage_cost $/GB/month × disk_space GB),
+    the whole $/h (dph_total: GPUs and disk) only while the instance holds its GPUs."""
+    status = instance.get("actual_status") or ""
+    if status in GPU_BILLING_STATUSES:
+        if machine.price_per_hour is None:
+            return
+        current = (BillingInterval.objects.filter(machine=machine, ended_at__isnull=True)
+                   .values_list("kind", "cause").first())
+        cause = ("price change" if current and current[0] == BillingInterval.Kind.RUNNING
+                 else "start" if current and current[1] == "stop" else "running")
+        ledger.bill(machine, BillingInterval.Kind.RUNNING, machine.price_per_hour,
+                    gpus=int(instance.get("num_gpus") or machine.gpu_count), cause=cause)
+        return
+    storage, disk = instance.get("storage_cost"), instance.get("disk_space")
+    rate = storage * disk / HOURS_PER_MONTH if isinstance(storage, int | float) and \
+        isinstance(disk, int | float) else 0.0
+    ledger.bill(machine, BillingInterval.Kind.STORED, rate,
+                cause="stop" if status == "stopped" else status or "created")
 
 
 def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
@@ -683,9 +749,11 @@ async def reconcile(client: VastClient, *, webhook_url: str = "") -> dict:
     return plan.summary
 
 
+@transaction.atomic
 def _reconcile_rows(instances: list[dict], now: datetime) -> ReconcilePlan:
     """`now` is when the list was taken: a machine bound to an instance after that is not
-    judged on this list."""
+    judged on this list. One transaction: a reader that sees this listing's time sees
+    everything it changed (the billing intervals above all), never half of it."""
     plan = ReconcilePlan({"updated": 0, "killed": 0, "adopted": [], "destroyed": [],
                           "unmanaged": []})
     VastSync.mark(now)
@@ -791,8 +859,11 @@ def _orphan_survived(instance_id: int, exc: VastError) -> None:
 
 
 def end_billing(machine: Machine) -> None:
+    """The rental is over (destroyed, killed, gone from Vast): it bills nothing from now."""
+    now = timezone.now()
     RemoteMachine.objects.filter(machine=machine, billing_ended__isnull=True).update(
-        billing_ended=timezone.now())
+        billing_ended=now)
+    ledger.stop_billing(machine, now)
 
 
 async def destroy(client: VastClient, machine: Machine, reason: str) -> None:
@@ -811,3 +882,21 @@ def _kill_destroyed(machine_id: int, reason: str) -> None:
     end_billing(machine)
     if machine.state != Machine.State.KILLED:
         machine.kill(reason)
+
+
+async def pull_bills(client: VastClient, *, tolerance: float) -> int:
+    """Pull what Vast billed for each of our rentals since the first one began, keep it in the
+    ledger and hold it against the estimate there (one Event when they differ by more than
+    `tolerance`). Returns how many rentals were billed."""
+    first = await BillingInterval.objects.filter(machine__provider=Machine.Provider.VAST) \
+        .order_by("started_at").values_list("started_at", flat=True).afirst()
+    if first is None:
+        return 0
+    fetched_at = timezone.now()
+    charges = await client.charges(first.timestamp() - 86400, fetched_at.timestamp())
+    ours: set[int] = {i async for i in Machine.objects.filter(
+        provider=Machine.Provider.VAST, vast_instance_id__in=list(charges))
+        .values_list("vast_instance_id", flat=True)}
+    await sync_to_async(ledger.record_bills)(
+        {i: c for i, c in charges.items() if i in ours}, fetched_at, tolerance=tolerance)
+    return len(ours)

@@ -18,7 +18,8 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from vastmgr.fleet.models import Event, Machine
+from vastmgr.fleet import ledger
+from vastmgr.fleet.models import BillingInterval, Event, Machine
 from vastmgr.lib.errors import ProvisionError, SecretUnavailable, SSHError
 from vastmgr.lib.http import AuthenticatedHttpRequest, staff_only
 from vastmgr.remote import ssh_loop as background
@@ -77,6 +78,9 @@ def add_ssh_machine(data: dict, user: User) -> Machine:
             engine_flavour=data["engine_flavour"], engine_url=data.get("engine_url", ""))
         remote = RemoteMachine.objects.create(machine=machine, key_file=data["key_file"].strip(),
                                            billing_started=machine.created)
+        if machine.price_per_hour is not None:
+            ledger.bill(machine, BillingInterval.Kind.RUNNING, machine.price_per_hour,
+                        gpus=machine.gpu_count, cause="added", at=machine.created)
         if data["private_key"].strip():
             Secret.store(remote.ssh_key_secret_name, data["private_key"])
         Event.record("remote", f"{machine.name}: SSH host added by {user.get_username()}",
@@ -110,7 +114,7 @@ def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     machine = get_object_or_404(Machine, pk=pk)
     remote = RemoteMachine.for_machine(machine)
     return render(request, "remote/machine.html", {
-        "machine": machine, "remote": remote, "spent": remote.spent(),
+        "machine": machine, "remote": remote, "money": ledger.machine_money(machine.pk),
         "events": machine.events.all()[:100], "actions": offered(machine),
         "log": _log_state(machine),
     })

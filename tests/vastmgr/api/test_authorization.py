@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from vastmgr.api.models import ApiToken
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Machine
 from vastmgr.instances.models import Instance, LogLine
 from vastmgr.proofs.models import ProofJob
@@ -141,9 +142,10 @@ DASHBOARD_INSTANCE = {
 
 
 def test_vast_manager_dashboard_fields(client, tokens):
-    Machine.objects.create(name="vast-77", provider=Machine.Provider.VAST,
+    rented = Machine.objects.create(name="vast-77", provider=Machine.Provider.VAST,
                                     vast_instance_id=77, gpu_name="RTX 4090", gpu_count=2,
                                     price_per_hour=Decimal("0.80"))
+    ledger.bill(rented, "running", "0.80", gpus=2, cause="rent")
     Machine.objects.create(name="vast-78", provider=Machine.Provider.VAST, vast_instance_id=78)
     instance = Instance.register("C.77", 30, None)
     instance.params_done()
@@ -161,7 +163,8 @@ def test_vast_manager_dashboard_fields(client, tokens):
     assert body["summary"] | {"avg_price_per_proof": 0} == {
         "total": 2, "running": 1, "benching": 0, "fetching": 0, "loading": 1, "killed": 0,
         "total_dph": 0.8, "total_proofs_hour": 40.0, "avg_price_per_proof": 0,
-        "total_gpus": 2}
+        "total_gpus": 2, "total_spent": body["summary"]["total_spent"]}
+    assert 0 <= body["summary"]["total_spent"] < 0.01
     assert row["machine_id"] == 0  # Vast's machine id, not known for this one: Go's zero
     code, lines = call(client, "get", f"/api/instance-logs/{instance.uuid}?source=cuzk&tail=1",
                        tokens["viewer"])
@@ -179,4 +182,4 @@ def test_vast_manager_dashboard_fields(client, tokens):
                                          "vast_cache_age_s"}
     assert set(body["summary"]) == {"total", "running", "benching", "fetching", "loading",
                                     "killed", "total_dph", "total_proofs_hour",
-                                    "avg_price_per_proof", "total_gpus"}
+                                    "avg_price_per_proof", "total_gpus", "total_spent"}

@@ -174,8 +174,10 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
     page.wait_for_url(re.compile(r".*\?sort=dph$"))
     names = page.locator("#fleet-rows tr .host-cell a.truncate").all_text_contents()
     [(instance_id, instance)] = fake_vast.instances.items()
-    by_price = sorted([(0.3, "ssh-box"), (instance["dph_total"], f"vast-{instance_id}")])
-    assert names == [name for _, name in by_price] + ["local"], names  # no price: last
+    # What bills now: the SSH host its price; the instance, still loading, only its disk.
+    loading = instance["storage_cost"] * instance["disk_space"] / 720
+    by_price = sorted([(0.3, "ssh-box"), (loading, f"vast-{instance_id}")])
+    assert names == [name for _, name in by_price] + ["local"], names  # no billing: last
     assert page.locator("[data-state-count='running'] b").text_content() == "1"
     box = page.locator("#fleet-rows tr", has_text="ssh-box")
     box.get_by_role("button", name="Copy the SSH command for ssh-box").click()

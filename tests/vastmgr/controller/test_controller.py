@@ -23,6 +23,7 @@ from tests.vastmgr import live_engine
 from tests.vastmgr.live_engine import FakeClock, session_cookie, wait_until, ws_headers
 from vastmgr.asgi import application
 from vastmgr.controller.service import FleetController
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Machine, MachineStatus
 from vastmgr.front.publish import LayerPublisher
 from vastmgr.front.viewers import CONTROLLER_GROUP
@@ -427,9 +428,14 @@ async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on
             if 'id="fleet-rows"' in message:
                 return rows(message)
 
-    async def machine(name, price):  # disabled: a greyed row, no engine to reach
-        return await database_sync_to_async(Machine.objects.create)(
-            name=name, provider="ssh", host="192.0.2.1", enabled=False, price_per_hour=price)
+    def billed_machine(name, price):  # disabled: a greyed row, no engine to reach
+        created = Machine.objects.create(name=name, provider="ssh", host="127.0.0.1",
+                                         enabled=False, price_per_hour=price)
+        ledger.bill(created, "running", price, cause="added")
+        return created
+
+    async def machine(name, price):
+        return await database_sync_to_async(billed_machine)(name, price)
 
     bravo = await machine("bravo", 2)
     controller = FleetController(publisher=LayerPublisher())
@@ -448,6 +454,7 @@ async def test_a_page_is_pushed_whole_when_a_host_joins_it_leaves_it_or_moves_on
     assert await next_page(ws) == [bravo.pk, alpha.pk]
     alpha.price_per_hour = 3
     await database_sync_to_async(alpha.save)()
+    await database_sync_to_async(ledger.bill)(alpha, "running", 3, cause="price change")
     for _ in range(2):
         await controller.tick()
     assert await next_page(ws) == [alpha.pk, bravo.pk]  # moved up by the sort

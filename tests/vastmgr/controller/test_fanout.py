@@ -25,6 +25,7 @@ from vastmgr.asgi import application
 from vastmgr.controller import service
 from vastmgr.controller.last_sent import MONEY, MOVING, TICK, ShownRows, shown_values
 from vastmgr.controller.service import FleetController
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Machine, MachineStatus
 from vastmgr.front import viewers
 from vastmgr.front.publish import (
@@ -268,6 +269,9 @@ def test_the_row_diff_never_holds_back_a_value_the_row_shows():
         base.update(snapshot)
         for name, value in fields.items():
             setattr(machine, name, value)
+        if "price_per_hour" in fields:  # what bills is the ledger's, written at the change
+            ledger.bill(machine, "running", fields["price_per_hour"], cause="price change",
+                        at=datetime.fromtimestamp(now, UTC))
         machine.last_seen = datetime.fromtimestamp(now - 0.05, UTC)
         status = MachineStatus(machine=machine, connected=connected, interval=1.0, seq=step + 1,
                             snapshot={**base, "seq": step + 1,

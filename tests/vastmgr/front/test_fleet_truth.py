@@ -13,10 +13,10 @@ from django.utils import timezone
 from vastmgr.controller.hosts import WatchedMachine
 from vastmgr.controller.service import FleetController
 from vastmgr.controller.watcher import MachineLive
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Machine, MachineSample, MachineStatus
 from vastmgr.front import fragments, readmodel
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import RemoteMachine
 
 pytestmark = pytest.mark.django_db
 
@@ -152,12 +152,12 @@ def test_24h_totals_count_failures_whatever_stage_they_failed_at(admin_client, m
 
 
 def test_fleet_cost_running_price_spend_and_measured_cost_per_proof(admin_client, machine):
-    RemoteMachine.objects.create(machine=machine,
-                              billing_started=timezone.now() - timedelta(hours=2))
+    ledger.bill(machine, "running", machine.price_per_hour, cause="rent",
+                at=timezone.now() - timedelta(hours=2))
     stopped = Machine.objects.create(name="gpu-2", provider="vast", price_per_hour=Decimal("1.0"))
-    RemoteMachine.objects.create(machine=stopped,
-                              billing_started=timezone.now() - timedelta(hours=30),
-                              billing_ended=timezone.now() - timedelta(hours=26))
+    ledger.bill(stopped, "running", stopped.price_per_hour, cause="rent",
+                at=timezone.now() - timedelta(hours=30))
+    ledger.stop_billing(stopped, timezone.now() - timedelta(hours=26))
     for seed in range(4):
         ProofJob.objects.create(kind="porep-c2", seed=seed, machine=machine, status="done",
                                 finished_at=timezone.now())

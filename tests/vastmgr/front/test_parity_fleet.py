@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.utils import timezone
 
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front import fragments, readmodel
 from vastmgr.front.fleet_table import FleetTableForm, fleet_table
@@ -30,6 +31,9 @@ def make(name, state="running", provider="ssh", price=None, gpu="", gpus=0, rate
     MachineStatus.objects.create(machine=machine, connected=True, interval=1, snapshot={"seq": 1})
     RemoteMachine.objects.create(machine=machine, billing_started=timezone.now() - timedelta(hours=1),
                               vast_facts=facts or {})
+    if price is not None:
+        ledger.bill(machine, "running", price, gpus=gpus, cause="rent",
+                    at=timezone.now() - timedelta(hours=1))
     return machine
 
 
@@ -57,8 +61,9 @@ def test_summary_cards_count_machines_per_state_and_link_to_the_filter(admin_cli
     assert counts == {"running": "2", "benchmarking": "0", "provisioning": "1",
                       "registered": "0", "stopped": "0", "killed": "1"}
     assert 'href="?state=running"' in totals
-    # Total $/h of billing machines with the running machines' GPUs (2 + 1).
-    assert "<b>$1.600</b><span>Total $/h · 3 GPUs</span>" in totals
+    # What bills now (the killed one no longer) with the GPUs rented (2 + 1), from the ledger.
+    assert re.search(r'<b class="total-dph" data-dph="1.600000">\$1.600</b><span>Total \$/h · '
+                     r'<span class="total-gpus" data-gpus="3">3</span> GPUs rented', totals)
     assert '<b class="total-proofs-1h">1</b><span>Proofs/h · bench 110</span>' in totals
 
 
@@ -239,7 +244,7 @@ def test_an_engines_gpus_count_but_its_cpu_device_does_not(admin_client):
         return row.split('class="gpu-cell">')[1].split("</td>")[0]
 
     assert "not reported" in gpu_cell(cpu) and gpu_cell(cuda) == "2 × RTX 4090"
-    assert "Total $/h · 2 GPUs" in html
+    assert 'data-gpus="0">0</span> GPUs rented · 2 on engines' in html  # none billed
 
 
 def test_the_machine_page_shows_the_vast_instances_details(admin_client, fleet):

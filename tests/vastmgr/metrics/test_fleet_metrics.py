@@ -19,11 +19,11 @@ from vastmgr.controller.hosts import WatchedMachine
 from vastmgr.controller.instrumentation import SCRAPE_BATCH, SCRAPE_SPREAD, ControllerMetrics
 from vastmgr.controller.service import FleetController
 from vastmgr.controller.watcher import MachineLive
+from vastmgr.fleet import ledger
 from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front.publish import LayerPublisher
 from vastmgr.metrics.models import RelayedMetrics
 from vastmgr.proofs.models import ProofJob
-from vastmgr.remote.models import RemoteMachine
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +51,8 @@ def test_fleet_figures_match_the_database(settings):
     settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR = 2.5
     gpu = Machine.objects.create(name="gpu-1", provider="vast", state="running",
                                  price_per_hour=Decimal("0.5"), last_seen=timezone.now())
-    RemoteMachine.objects.create(machine=gpu, billing_started=timezone.now() - timedelta(hours=2))
+    ledger.bill(gpu, "running", gpu.price_per_hour, gpus=1, cause="rent",
+                at=timezone.now() - timedelta(hours=2))
     MachineStatus.objects.create(machine=gpu, connected=True, interval=1.0, snapshot_at=timezone.now(),
                               snapshot={"uptime_secs": 100, "gpu_workers": [
                                   {"state": "proving"}, {"state": "idle"}], "pipelines": []})

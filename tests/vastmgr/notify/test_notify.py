@@ -163,21 +163,21 @@ def test_only_staff_see_notifications(django_user_model):
 
 
 def test_the_budget_alerts_once_when_crossed_and_once_when_back(settings):
+    from vastmgr.fleet import ledger
     from vastmgr.notify import watch
-    from vastmgr.remote.models import RemoteMachine
 
     settings.VASTMGR_BUDGET_DOLLARS_PER_HOUR = 1.0
     gpu = Machine.objects.create(name="gpu-1", provider="vast", state="running",
                                  price_per_hour="0.75")
-    RemoteMachine.objects.create(machine=gpu, billing_started=timezone.now())
+    ledger.bill(gpu, "running", gpu.price_per_hour, cause="rent")
     assert watch.check() == []
     gpu2 = Machine.objects.create(name="gpu-2", provider="vast", state="running",
                                   price_per_hour="0.5")
-    RemoteMachine.objects.create(machine=gpu2, billing_started=timezone.now())
+    ledger.bill(gpu2, "running", gpu2.price_per_hour, cause="rent")
     [over] = watch.check()
     assert over.message == "the fleet costs $1.25/h, over its budget of $1.00/h"
     assert watch.check() == []  # still over: said once
-    RemoteMachine.objects.filter(machine=gpu2).update(billing_ended=timezone.now())
+    ledger.stop_billing(gpu2)
     [back] = watch.check()
     assert "back within its budget" in back.message and back.level == "info"
     assert watch.check() == []

@@ -1,8 +1,7 @@
 """Lifecycle automation with a controlled clock: timeouts, the bad-host flow, idle destroy,
-offline and failed-job alerts through a webhook, money spent."""
+offline and failed-job alerts through a webhook."""
 
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from aiohttp import web
@@ -14,7 +13,7 @@ from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine
+from vastmgr.remote.models import BadMachine, MachinePerf
 from vastmgr.remote.vast import OfferFilter, RentRequest, VastClient
 
 from .conftest import API_KEY
@@ -205,14 +204,3 @@ async def test_a_failing_webhook_is_an_error_event_not_a_crash(webhook):
     await automation.tick()
     failure = await Event.objects.filter(kind="alert", level="error").aget()
     assert "webhook failed (404)" in failure.message and "hook-missing" not in failure.message
-
-
-async def test_money_spent_is_price_times_billed_hours():
-    machine = await Machine.objects.acreate(name="paid", host="127.0.0.6",
-                                            price_per_hour=Decimal("0.5"))
-    start = timezone.now()
-    remote = await RemoteMachine.objects.acreate(machine=machine, billing_started=start)
-    remote.machine = machine
-    assert remote.spent(now=start + timedelta(hours=2)) == Decimal("1.0000")
-    remote.billing_ended = start + timedelta(minutes=30)
-    assert remote.spent(now=start + timedelta(hours=5)) == Decimal("0.2500")

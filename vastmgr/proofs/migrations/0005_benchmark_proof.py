@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0007_machine_engine_url'),
+        ('fleet', '0008_machine_engine_url'),
         ('proofs', '0004_pinned_machine'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

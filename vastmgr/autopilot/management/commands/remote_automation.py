@@ -1,9 +1,11 @@
 """The remote automation loop: reconcile Vast instances and apply lifecycle rules every tick."""
 
 import asyncio
+import os
 import signal
 
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand
 
 from vastmgr.autopilot.models import Autopilot
@@ -28,7 +30,10 @@ class Command(BaseCommand):
         self.pilot = Pilot(None)  # plans where it holds the autopilot's lease
 
     def add_arguments(self, parser):
-        parser.add_argument("--interval", type=float, default=60.0, help="seconds per tick")
+        parser.add_argument(
+            "--interval", type=float,
+            default=float(os.environ.get("VASTMGR_AUTOMATION_INTERVAL_S") or 60.0),
+            help="seconds per tick (default: VASTMGR_AUTOMATION_INTERVAL_S, else 60)")
         parser.add_argument("--once", action="store_true", help="run one tick and exit")
 
     def handle(self, *args, interval: float, once: bool, **options):
@@ -65,8 +70,21 @@ class Command(BaseCommand):
                                                   level=Event.Level.ERROR)
             except Exception as exc:  # noqa: BLE001 - e.g. a broken reply: the rules still run
                 await self.faults.record(exc)
+        if client is not None:
+            await self.pull_bills(client)
         automation = Automation(vast_client=client)
         await automation.tick()
         await provision.revive_crashed(automation, self.links)
         self.pilot.client = client
         await self.pilot.tick()
+
+    async def pull_bills(self, client: vast.VastClient) -> None:
+        """Vast's charges, after the reconcile has written what changed: the ledger keeps them
+        beside its estimate (a failed pull leaves the last bill, shown with its age)."""
+        try:
+            await vast.pull_bills(client, tolerance=django_settings.VASTMGR_BILLING_TOLERANCE)
+        except vast.VastError as exc:
+            await sync_to_async(Event.record)("vast", f"pulling Vast's charges failed: {exc}",
+                                              level=Event.Level.WARNING)
+        except Exception as exc:  # noqa: BLE001 - the rules and the pilot still run
+            await self.faults.record(exc)
