@@ -103,7 +103,7 @@ def test_dry_run_proposes_one_click_approves_and_the_off_switch_stops_it(
     page.locator(".messages").get_by_text("Done: rent").wait_for()
     [instance] = fake.instances.values()
     assert instance["label"].startswith("vastmgr-")
-    machine = query(db, "SELECT m.name FROM fleet_machine m JOIN autopilot_managedhost a "
+    machine = query(db, "SELECT m.name FROM fleet_machine m JOIN autopilot_managedmachine a "
                         "ON a.machine_id = m.id WHERE m.vast_instance_id = ?", instance["id"])
     assert len(machine) == 1
     done = page.locator(f"#autopilot-proposals tr[data-proposal='{open_rows[0][0]}']")
