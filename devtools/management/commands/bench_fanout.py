@@ -137,7 +137,7 @@ class Command(BaseCommand):
         where = dict(zip(ids, [(lg, host) for lg in loadgens for host in range(lg.hosts)]))
         cookie = await asyncio.to_thread(self.session_cookie)
         port = free_port()
-        python, manage = sys.executable, str(Path(__file__).resolve().parents[4] / "manage.py")
+        python, manage = sys.executable, str(Path(__file__).resolve().parents[3] / "manage.py")
         daphne = await asyncio.to_thread(
             subprocess.Popen, [python, "-m", "daphne", "-p", str(port), "vastmgr.asgi:application"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -172,7 +172,7 @@ class Command(BaseCommand):
                     origin = f"http://127.0.0.1:{port}"
                     # One trace at a time in a browser: the fleet page's.
                     probes = [BrowserProbe("fleet", browser_trace), BrowserProbe("host")]
-                    for probe, path in zip(probes, ["/", f"/hosts/{ids[0]}/"]):
+                    for probe, path in zip(probes, ["/", f"/machines/{ids[0]}/"]):
                         await probe.open(chromium, origin + path,
                                          {"name": "sessionid", "value": cookie, "url": origin})
                 await asyncio.sleep(WARM_UP_SECONDS)
@@ -248,7 +248,7 @@ class Command(BaseCommand):
         sent = sum(lg.seq[host] for lg, host in where.values())
         engines = {"status_requests": sum(lg.status_requests for lg in loadgens),
                    "heartbeats_sent": sum(lg.heartbeats_sent for lg in loadgens)}
-        self.report(hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
+        self.report(hosts, viewers, rate, controllers, pages, logs, latencies, cpu, lost, sent,
                     takeover, load_average, browsed, engines)
 
     @staticmethod
@@ -350,11 +350,15 @@ class Command(BaseCommand):
         async for message in ws:
             log.record(message.data, time.time())
 
-    def report(self, hosts, viewers, rate, controllers, logs, latencies, cpu, lost, sent,
+    def report(self, hosts, viewers, rate, controllers, pages, logs, latencies, cpu, lost, sent,
                takeover, load_average, browsed, engines):
         controller_cpu = sum(share for name, share in cpu.items() if name.startswith("controller"))
+        # Which case a figure measured: the controller renders the rows its viewers watch, so
+        # one page watched by all (50 machines) costs far less than every machine on a screen.
+        watched = len(set().union(*(log.page for log in logs)))
         result = {
             "hosts": hosts, "viewers": viewers, "rate": rate, "controllers": controllers,
+            "pages_watched": min(pages, viewers), "machines_watched": watched,
             "megabytes_per_viewer": round(sum(log.bytes for log in logs) / len(logs) / 1e6, 2),
             "snapshots_sent": sent, "row_deliveries_measured": len(latencies),
             "engines_whole_run": engines,
@@ -378,6 +382,8 @@ class Command(BaseCommand):
         self.stdout.write(f"hosts={hosts} viewers={viewers} rate={rate}/s "
                           f"controllers={controllers}: {sent} snapshots sent, "
                           f"{len(latencies)} row deliveries measured")
+        self.stdout.write(f"case: the viewers watch {result['pages_watched']} pages, "
+                          f"{watched} distinct machines of {hosts}")
         self.stdout.write(f"the engines, whole run (warm-up and settling too): "
                           f"{engines['status_requests']} GET /status answered, "
                           f"{engines['heartbeats_sent']} heartbeats sent")
