@@ -280,19 +280,29 @@ class FleetController:
         by_id = self.views = {h.machine.pk: h for h in hosts}
         self.tables = {query: self.tables.get(query) or fleet_table(query)
                        for query in pages.values()}
-        shown = {group: self._page_machines(self.tables[query], hosts, now)
+        arranged: dict[tuple[str, str, str], list[MachineView]] = {}
+        shown = {group: self._page_machines(self.tables[query], hosts, now, arranged)
                  for group, query in pages.items()}
         rows = {group: [h.machine.pk for h in page] for group, page in shown.items()}
         whole = {group for group in shown if group in fresh or rows[group] != self.page_rows.get(group)}
         self.page_rows = rows
         self.shown.keep(shown)
-        # Of the pages pushed row by row, the changed rows this controller answers for (others'
-        # hosts are theirs to push), each sent where its shown values moved.
+        # Each row is rendered once a tick, whichever pages show it: the pages pushed whole
+        # take their rows from here, and the pages pushed row by row the changed rows this
+        # controller answers for (others' hosts are theirs to push), each sent where its
+        # shown values moved.
+        rendered: dict[int, str] = {}
+
+        def row(view: MachineView) -> str:
+            machine_id = view.machine.pk
+            if machine_id not in rendered:
+                rendered[machine_id] = fragments.render_fleet_row(view)
+            return rendered[machine_id]
+
         on_pages = {machine_id for group in shown.keys() - whole for machine_id in rows[group]}
-        rendered = {machine_id: fragments.render_fleet_row(by_id[machine_id])
-                    for machine_id in changed & on_pages
-                    if machine_id in by_id and self._answers_for(machine_id)}
-        values = {machine_id: shown_values(html, now) for machine_id, html in rendered.items()}
+        changed_rows = {machine_id: row(by_id[machine_id]) for machine_id in changed & on_pages
+                        if machine_id in by_id and self._answers_for(machine_id)}
+        values = {machine_id: shown_values(html, now) for machine_id, html in changed_rows.items()}
         totals = fragments.render_fleet_totals(hosts, now) if pages and (changed or whole) \
             else ""
         totals_values = shown_values(totals, now)
@@ -300,10 +310,15 @@ class FleetController:
         for group, page in shown.items():
             if group in whole:
                 query = self.tables[pages[group]].query_without("page")
-                messages.append((group, fragments.render_fleet_rows(page, query) + totals))
+                # The recently killed machines' views come from the database, not `by_id`.
+                page_rows = {view.machine.pk: row(view) for view in page
+                             if by_id.get(view.machine.pk) is view}
+                messages.append((group, fragments.render_fleet_rows(page, query, page_rows)
+                                 + totals))
                 self.shown.sent_whole(group, totals_values)
                 continue
-            parts = [rendered[machine_id] for machine_id in rows[group] if machine_id in rendered
+            parts = [changed_rows[machine_id] for machine_id in rows[group]
+                     if machine_id in changed_rows
                      and self.shown.row_moved(group, machine_id, values[machine_id], now)]
             if totals and self.shown.totals_moved(group, totals_values):
                 parts.append(totals)
@@ -317,12 +332,18 @@ class FleetController:
         return messages
 
     @staticmethod
-    def _page_machines(table: FleetTableForm, hosts: list[MachineView], now: float) -> list[MachineView]:
+    def _page_machines(table: FleetTableForm, hosts: list[MachineView], now: float,
+                       arranged: dict[tuple[str, str, str], list[MachineView]]) -> list[MachineView]:
         """The rows of a fleet page, in order: from the state held here, or, for the recently
-        killed machines (which no controller holds), from the database."""
+        killed machines (which no controller holds), from the database. `arranged`: the
+        fleet filtered and sorted for the pages worked out so far this tick (every page of a
+        filter and sort is cut from the same list)."""
         if table.shows_killed:
             return list(table.page_rows(now))
-        return list(table.page_of_machines(table.arrange(hosts)))
+        key = table.arrangement()
+        if key not in arranged:
+            arranged[key] = table.arrange(hosts)
+        return list(table.page_of_machines(arranged[key]))
 
     def _persist(self, statuses: list[MachineStatus], connection_changed: set[int],
                  same_snapshot: frozenset[int] | set[int] = frozenset()):

@@ -79,6 +79,13 @@ class FleetTableForm(TableForm):
         known.sort(key=value, reverse=sort.startswith("-"))
         return known + [h for h in hosts if value(h) is None]
 
+    def arrangement(self) -> tuple[str, str, str]:
+        """The filter and sort (not the page): every page of one arrangement is cut from the
+        same arranged rows."""
+        data = self.cleaned_data
+        return (data.get("state") or "", (data.get("q") or "").lower(),
+                data.get("sort") or self.DEFAULT_SORT)
+
     def page_rows(self, now: float) -> Page:
         """The requested page of `rows` (a page past the end shows the last)."""
         return self.page_of_machines(self.rows(now))

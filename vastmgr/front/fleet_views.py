@@ -20,12 +20,12 @@ def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
     table = FleetTableForm(request.GET)
     context = {"table": table, "sorts": table.sort_links()}
     if not table.is_valid():
-        context["hosts"] = []
         context["totals_html"] = fragments.render_fleet_totals(readmodel.load_machines(time.time()))
         return render(request, "fleet/fleet.html", context, status=400)
     now = time.time()
     page = table.page_rows(now)
-    context.update(hosts=list(page), page=page, query=table.query_without(),
+    context.update(body_html=fragments.render_fleet_rows(list(page), table.query_without()),
+                   page=page, query=table.query_without(),
                    page_query=table.query_without("page"),
                    totals_html=fragments.render_fleet_totals(readmodel.load_machines(now)))
     return render(request, "fleet/fleet.html", context)

@@ -7,15 +7,18 @@ when polling) swaps it in place. All of them are rendered from the read model (`
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 
 from vastmgr.fleet.models import Machine
 from vastmgr.fleet.partial_snapshot import (
     PartialCounters,
     PartialSnapshot,
 )
+from vastmgr.front.fleet_row import render_fleet_row
 from vastmgr.front.readmodel import (
     DEFAULT_WINDOW,
     MachineView,
@@ -34,10 +37,6 @@ from vastmgr.proofs.progress import (
 RECENT_PROOFS = 10
 
 
-def render_fleet_row(host: MachineView) -> str:
-    return render_to_string("fleet/fragments/fleet_row.html", {"h": host})
-
-
 def render_fleet_totals(hosts: list[MachineView], now: float | None = None) -> str:
     return render_to_string("fleet/fragments/fleet_totals.html", {"t": fleet_totals(hosts, now)})
 
@@ -52,9 +51,16 @@ def render_fleet(now: float | None = None, rows: list[MachineView] | None = None
         + render_fleet_totals(hosts, now)
 
 
-def render_fleet_rows(rows: list[MachineView], query: str = "") -> str:
-    """The table body: one page's rows (`query`: the filter and sort that chose them)."""
-    return render_to_string("fleet/fragments/fleet_body.html", {"hosts": rows, "query": query})
+def render_fleet_rows(rows: list[MachineView], query: str = "",
+                      rendered: Mapping[int, str] | None = None) -> str:
+    """The table body: one page's rows (`query`: the filter and sort that chose them).
+    `rendered`: rows already rendered for this moment, by machine id, used as they are (the
+    controller renders a row once a tick, whichever pages show it)."""
+    rendered = rendered or {}
+    return render_to_string("fleet/fragments/fleet_body.html", {
+        "rows": [mark_safe(rendered.get(host.machine.pk) or render_fleet_row(host))
+                 for host in rows],
+        "query": query})
 
 
 def render_toast(level: str, text: str, url: str = "") -> str:

@@ -3,6 +3,7 @@ engines → the fleet controller → the consumers → viewers. Every host's fin
 every viewer, no row may go back in seq, and host panels go only where someone watches."""
 
 import asyncio
+import collections
 import functools
 import itertools
 import json
@@ -145,6 +146,96 @@ async def test_every_final_state_reaches_every_viewer_in_seq_order(channel_layer
         assert pushed_panels == {viewers.machine_group(watched)}
         assert max(publisher.fleet_rows) == 2
     finally:
+        for task in readers:
+            task.cancel()
+        stop.set()
+        await running
+        for ws in sockets:
+            await ws.disconnect()
+        await loadgen.stop()
+
+
+# Pages of the fleet table that all show the same machines, each its own filter or sort.
+SAME_ROWS_PAGES = ["", "sort=-name", "sort=dph", "sort=-done", "q=lg-"]
+ROW_TEMPLATE = "fleet/fragments/fleet_row.html"  # the row's template before it was Python
+
+
+async def test_a_row_is_rendered_once_a_tick_however_many_pages_show_it(monkeypatch):
+    """The controller's work grows with what changed, not with how many pages watch it: each
+    row is rendered at most once a tick, whether the pages showing it are sent whole (new
+    viewers, at first) or row by row (the engines' changes, under load), and however many
+    of them show it."""
+    from django.test.signals import template_rendered
+
+    from vastmgr.front import fragments
+
+    loadgen = LoadGenerator(HOSTS, RATE)
+    loadgen.running = False
+    await loadgen.start()
+    machines = await database_sync_to_async(lambda: [
+        Machine.objects.create(name=f"lg-{i}", provider="local", host="127.0.0.1",
+                               engine_port=port) for i, port in enumerate(loadgen.ports)])()
+    controller = FleetController(publisher=RecordingPublisher(), tick=0.2)
+    renders: list[collections.Counter] = []  # per tick's render: machine id -> row renders
+    # The controller renders on the database thread, which the consumers' own renders (a
+    # page's first state) share, one at a time: rows are counted inside the controller's.
+    counting = [False]
+    render, row = controller._render, fragments.render_fleet_row
+
+    def counted_render(*args):
+        renders.append(collections.Counter())
+        counting[0] = True
+        try:
+            return render(*args)
+        finally:
+            counting[0] = False
+
+    def counted_row(view):
+        if not counting[0]:
+            return row(view)
+        renders[-1][view.machine.pk] += 1
+        counting[0] = False  # one render, whatever it is made of
+        try:
+            return row(view)
+        finally:
+            counting[0] = True
+
+    def on_template(sender, template, context, **kwargs):
+        if counting[0] and template.name == ROW_TEMPLATE:
+            renders[-1][context["h"].machine.pk] += 1
+
+    monkeypatch.setattr(controller, "_render", counted_render)
+    monkeypatch.setattr(fragments, "render_fleet_row", counted_row)
+    template_rendered.connect(on_template)
+    stop = asyncio.Event()
+    running = asyncio.create_task(controller.run(stop))
+    cookie = await database_sync_to_async(session_cookie)()
+    sockets, readers = [], []
+    logs = [ViewerLog() for _ in SAME_ROWS_PAGES]
+    try:
+        for query, log in zip(SAME_ROWS_PAGES, logs):
+            ws = WebsocketCommunicator(application, f"/ws/fleet/?{query}",
+                                       headers=ws_headers(cookie))
+            assert (await ws.connect())[0]
+            sockets.append(ws)
+            readers.append(asyncio.create_task(read_into(ws, log.record)))
+        await wait_until(lambda: len(controller.viewers.pages()) == len(SAME_ROWS_PAGES)
+                         and all(controller.hosts.get(m.pk) and controller.hosts[m.pk].live.connected
+                                 for m in machines))
+        loadgen.running = True
+        await wait_until(lambda: min(loadgen.seq) >= LOAD_SNAPSHOTS)
+        loadgen.running = False
+        final = {m.pk: loadgen.seq[i] for i, m in enumerate(machines)}
+        await wait_until(lambda: all(log.shown == final for log in logs), timeout=20)
+        # Every page showed every row: sent whole by the controller (after the consumer's
+        # first state), then row by row.
+        assert all(log.page == set(final) and log.full_states >= 2 for log in logs)
+        rendered = [count for count in renders if count]
+        assert rendered, "the controller rendered no row"
+        assert max(max(count.values()) for count in rendered) == 1, [
+            dict(count) for count in rendered if max(count.values()) > 1]
+    finally:
+        template_rendered.disconnect(on_template)
         for task in readers:
             task.cancel()
         stop.set()
