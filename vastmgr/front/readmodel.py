@@ -111,6 +111,12 @@ class MachineView:
         """Data is shown but the engine is not live: every value is as old as the snapshot."""
         return bool(self.snapshot) and self.connection != LIVE
 
+    @property
+    def live(self) -> bool:
+        """Its engine's figures are current: its running clocks may run. Otherwise each stops
+        at the last snapshot and says how old it is (`{% ticking … of=view %}`)."""
+        return self.connection == LIVE
+
     def aged(self, seconds_ago: float | None) -> float | None:
         """A snapshot's "N s ago" made current: add the snapshot's own age."""
         if seconds_ago is None:
@@ -284,6 +290,12 @@ class MachineView:
         if self.machine.state == Machine.State.KILLED:
             return None
         return self.aged(self.snapshot.get("uptime_secs"))
+
+    @property
+    def uptime_from_engine(self) -> bool:
+        """The uptime is the engine's own (no provider start date): a clock of its snapshot,
+        which stops when the engine is not live. The provider's start date stays true."""
+        return _number(self.vast_facts.get("start_date")) is None
 
     @property
     def uptime_stopped(self) -> str:
