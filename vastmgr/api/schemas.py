@@ -113,6 +113,9 @@ class ProofOut(Schema):
     cancel_requested: bool
     retry_of: UUID | None
     timings: dict[str, float]
+    duration_s: float | None = Field(
+        description="an ended proof's duration, as every page shows it: from its submission on "
+                    "the engine until nothing of it ran any more (null while in flight)")
     files: list[str] = Field(description="what /files/{name} can download now")
 
     @staticmethod
@@ -126,6 +129,8 @@ class ProofOut(Schema):
             cancel_requested=job.cancel_requested, retry_of=job.retry_of_id,
             timings={k: float(v) for k, v in (job.timings or {}).items()
                      if isinstance(v, int | float)},
+            duration_s=None if job.engine_duration is None
+            else job.engine_duration.total_seconds(),
             files=files)
 
 

@@ -252,7 +252,7 @@ def test_every_screen_agrees_with_the_engine(tmp_path, clean_env, browser):
         machine = local_machine(operator_tab, stack)
         fleet, host = context.new_page(), context.new_page()
         fleet.goto(f"{stack}/")
-        host.goto(f"{stack}/hosts/{machine}/")
+        host.goto(f"{stack}/machines/{machine}/")
         proof_tabs = [context.new_page(), context.new_page()]
         poller.start()
         stream.start()
