@@ -765,10 +765,10 @@ def _record_unmanaged(unmanaged: dict[int, tuple[dict, str]], now: datetime
             price = f", ${row.dph_total:.4f}/h" if row.dph_total is not None else ""
             message = (f"Vast instance {instance_id} (label {row.label or 'none'!r}{price}) is "
                        f"billing and no machine manages it: {reason}")
-            Event.record("vast", message, level=Event.Level.WARNING,
-                         data={"instance_id": instance_id, "label": row.label})
+            # One Event: the alert's own (kind `alert`), which the notifier and the webhook
+            # carry; a `vast` Event beside it told the Events page and on-call the same twice.
             found.append(alerts.Alert("unmanaged_instance", message, None,
-                                      {"instance_id": instance_id}))
+                                      {"instance_id": instance_id, "label": row.label}))
     return found
 
 

@@ -482,6 +482,9 @@ async def test_an_unmanaged_billing_instance_is_alerted_and_shown_on_the_fleet_p
     assert summary["unmanaged"] == [foreign] and foreign in fake_vast.instances, "not ours"
     [alert] = await alerts_of("unmanaged_instance")
     assert str(foreign) in alert.message and "billing" in alert.message
+    # said once: no other Event repeats it (on the Events page and to on-call)
+    assert [e async for e in Event.objects.filter(message__contains=f"instance {foreign} ")] \
+        == [alert]
     user = await sync_to_async(User.objects.create_user)("viewer", password="pw-12345678")
     await sync_to_async(client.force_login)(user)
     page = (await sync_to_async(client.get)("/")).content.decode()
