@@ -38,6 +38,7 @@ from vastmgr.remote.config import RemoteSettings, parse_env
 from vastmgr.remote.models import (
     BadMachine,
     MachinePerf,
+    ProviderCall,
     RemoteMachine,
     Secret,
     UnmanagedInstance,
@@ -273,13 +274,18 @@ class VastClient:
         return {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
 
     def _record(self, method, path, reply: _Reply, attempts, waited, machine) -> None:
+        """Every call into the provider log; a failed one is also an error Event."""
+        ProviderCall.record(machine=machine, method=method, path=path[:300],
+                            status=reply.status, ok=reply.ok, attempts=attempts,
+                            waited_s=round(waited, 3),
+                            problem="" if reply.ok else reply.describe())
+        if reply.ok:
+            return
         message = f"vast {method} {path} → {reply.status or 'no response'}"
         if attempts > 1:
             message += f" after {attempts} attempts ({waited:.1f} s waited)"
-        if not reply.ok:
-            message += f": {reply.describe()}"
-        Event.record("vast", message, machine=machine,
-                     level=Event.Level.INFO if reply.ok else Event.Level.ERROR,
+        Event.record("vast", f"{message}: {reply.describe()}", machine=machine,
+                     level=Event.Level.ERROR,
                      data={"method": method, "path": path, "status": reply.status,
                            "attempts": attempts, "waited_s": round(waited, 3)})
 
