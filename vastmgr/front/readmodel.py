@@ -21,7 +21,7 @@ from typing import ClassVar
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from vastmgr.fleet.liveness import LIVE, OFFLINE, connection_state
+from vastmgr.fleet.liveness import LIVE, OFFLINE, machine_connection
 from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
     PartialMemory,
@@ -125,10 +125,11 @@ class MachineView:
 
     @cached_property
     def connection(self) -> str:
-        if self.status is None or not self.machine.enabled:
+        status = self.status
+        if status is None:
             return OFFLINE
-        return connection_state(self.status.connected, self.last_seen_ts, self.status.interval,
-                                self.now)
+        return machine_connection(self.machine.enabled, status.connected, self._last_seen,
+                                  status.interval, self.now)
 
     @property
     def seen_ago(self) -> int | None:
