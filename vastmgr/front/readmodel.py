@@ -293,10 +293,15 @@ class MachineView:
         return self.aged(self.snapshot.get("uptime_secs"))
 
     @property
-    def uptime_from_engine(self) -> bool:
-        """The uptime is the engine's own (no provider start date): a clock of its snapshot,
-        which stops when the engine is not live. The provider's start date stays true."""
-        return _number(self.vast_facts.get("start_date")) is None
+    def uptime_clock(self) -> tuple[float, float] | None:
+        """The uptime as a clock of the machine's data: (its value when the shown snapshot was
+        taken, that snapshot's age); `{% ticking … of=view %}` stops it there while the machine
+        is not live."""
+        uptime = self.uptime
+        if uptime is None:
+            return None
+        age = min(self.snapshot_age or 0.0, uptime)
+        return uptime - age, age
 
     @property
     def uptime_stopped(self) -> str:
