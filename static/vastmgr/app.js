@@ -2,11 +2,41 @@
 // down, poll the same fragments over HTTP every 5 s so the page never silently freezes. Every
 // socket on the page (the page's own, an open fleet row's) reconnects with backoff after a
 // clean close too: the extension itself only retries 1006/1011/1012/1013.
+// While the socket is down and no poll has come back, the page has lost its connection: nothing
+// on it is known to be current, so every machine's state reads "unknown" (its badge, and the
+// data-conn of its row and panel) and fleet.js stops every running clock but the ages of the
+// snapshots shown. A (re)connected socket sends the whole page again first, which replaces it.
 (function () {
   "use strict";
   var POLL_MS = 5000;
   var MAX_BACKOFF_MS = 30000;
   var NO_RETRY = { 4403: "logged out", 4404: "not found" };
+
+  var lostSince = null;  // Date.now() when the page lost its connection; null while it has one
+
+  // Lost: every machine's state on the page reads "unknown". Found again: the socket that
+  // reconnected sends the whole page first, which replaces each of them with the state now.
+  function pageConnection(lost) {
+    var root = document.documentElement;
+    if (lost && lostSince === null) {
+      lostSince = Date.now();
+      root.setAttribute("data-page-conn", "lost");
+      document.querySelectorAll("[data-conn]").forEach(function (el) {
+        var known = el.getAttribute("data-conn");
+        el.setAttribute("data-conn", "unknown");
+        el.classList.replace("conn-" + known, "conn-unknown");
+        if (el.classList.contains("badge")) {
+          el.classList.replace("badge-" + known, "badge-unknown");
+          el.textContent = "unknown";
+          el.title = "This page lost its connection: the machine's state now is not known";
+        }
+      });
+      tickSeen();
+    } else if (!lost && lostSince !== null) {
+      lostSince = null;
+      root.removeAttribute("data-page-conn");
+    }
+  }
 
   function badge(state, text) {
     var el = document.getElementById("connection-badge");
@@ -47,6 +77,13 @@
 
   function tickSeen() {
     var now = Date.now();
+    if (lostSince !== null) {
+      var offline = Math.floor((now - lostSince) / 1000);
+      document.querySelectorAll(".seen").forEach(function (el) {
+        el.textContent = "this page has been offline " + offline + " s";
+      });
+      return;
+    }
     document.querySelectorAll(".seen[data-ago][data-t0]").forEach(function (el) {
       var ago = Number(el.getAttribute("data-ago")) +
         Math.floor((now - Number(el.getAttribute("data-t0"))) / 1000);
@@ -88,6 +125,7 @@
       })
       .then(function (html) {
         if (html !== null && self.timer) {
+          pageConnection(false);
           swapFragments(html);
           self.polled = true;
           badge("stale", "polling");
@@ -95,6 +133,7 @@
       })
       .catch(function () {
         self.polled = false;
+        pageConnection(true);
         badge("offline", "offline");
       });
   };
@@ -118,7 +157,10 @@
 
   // While polls come back, the badge says "polling" however often a reconnect fails.
   function socketDown(panel) {
-    if (!panel.polled) badge("offline", "reconnecting");
+    if (!panel.polled) {
+      pageConnection(true);
+      badge("offline", "reconnecting");
+    }
     panel.startPolling();
   }
 
@@ -133,6 +175,7 @@
       if (!panel.timer) badge("idle", "connecting…");
     }));
     el.addEventListener("htmx:wsOpen", own(function () {
+      pageConnection(false);
       panel.stopPolling();
       badge("live", "live");
     }));
@@ -141,6 +184,7 @@
       var code = closeCode(event);
       if (NO_RETRY[code]) {
         panel.stopPolling();
+        pageConnection(true);
         badge("offline", NO_RETRY[code]);
         return;
       }

@@ -6,7 +6,10 @@
 //   the element, which re-bases it on the newer snapshot. A fragment that spent longer on its
 //   way than the quickest one seen (a busy controller or channel) adds that delay too: the
 //   quickest arrival gives the server clock's offset (plus the least delivery time) without
-//   assuming the two clocks agree.
+//   assuming the two clocks agree. A clock of a machine that is not live is rendered stopped
+//   (`.tick-frozen`, "as of N s ago") and never runs; while the page itself has lost its
+//   connection (app.js sets html[data-page-conn=lost]) every clock stops but the ages
+//   (`.tick.age`: how old a snapshot is, true whatever happens to the engine).
 // - `.money[data-amount][data-per-hour]`: spend to date, growing with the running price.
 // - `#toasts`: notices pushed over the page's socket (an htmx out-of-band append).
 // - `.charts[data-window]`: uPlot charts drawn from the fragment's JSON series; the chosen
@@ -54,7 +57,9 @@
   function tick() {
     var now = Date.now();
     var quickest = quickestTransit();
+    var pageLost = document.documentElement.getAttribute("data-page-conn") === "lost";
     document.querySelectorAll("[data-tick-base][data-t0]").forEach(function (el) {
+      if (pageLost && !el.classList.contains("age")) return;
       var arrived = Number(el.getAttribute("data-t0"));
       var late = el.hasAttribute("data-tick-rendered") ? Math.max(0,
         arrived / 1000 - Number(el.getAttribute("data-tick-rendered")) - quickest) : 0;

@@ -1,5 +1,6 @@
 """What the JSON API takes and returns; the OpenAPI schema is generated from these types."""
 
+import time
 from datetime import datetime
 from decimal import Decimal
 from typing import Literal
@@ -9,6 +10,7 @@ from ninja import Field, Schema
 
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES
 from vastmgr.fleet.ledger import PER_PROOF_RULE
+from vastmgr.fleet.liveness import machine_connection
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import MAX_SEED, ProofJob
 from vastmgr.remote.actions import ACTIONS, why_not
@@ -49,6 +51,9 @@ class MachineOut(Schema):
     connected: bool | None = Field(
         description="whether the fleet controller's link to its engine is up; null before "
                     "the first look")
+    connection: Literal["live", "stale", "offline"] = Field(
+        description="whether its engine's figures are current, as every page says: live, "
+                    "stale (the link is up but nothing came for 3 intervals) or offline")
     actions: list[ActionState]
 
     @staticmethod
@@ -63,6 +68,9 @@ class MachineOut(Schema):
             bench_rate=machine.bench_rate, last_seen=machine.last_seen,
             vast_instance_id=machine.vast_instance_id, vast_machine_id=machine.vast_machine_id,
             connected=live.connected if live is not None else None,
+            connection=machine_connection(  # type: ignore[arg-type]  # one of the three
+                machine.enabled, live.connected if live is not None else None,
+                machine.last_seen, live.interval if live is not None else None, time.time()),
             actions=[ActionState(action=a, allowed=not (reason := why_not(machine, a)),
                                  why_not=reason) for a in ACTIONS])
 
@@ -114,6 +122,9 @@ class ProofOut(Schema):
     cancel_requested: bool
     retry_of: UUID | None
     timings: dict[str, float]
+    duration_s: float | None = Field(
+        description="an ended proof's duration, as every page shows it: from its submission on "
+                    "the engine until nothing of it ran any more (null while in flight)")
     files: list[str] = Field(description="what /files/{name} can download now")
 
     @staticmethod
@@ -127,6 +138,8 @@ class ProofOut(Schema):
             cancel_requested=job.cancel_requested, retry_of=job.retry_of_id,
             timings={k: float(v) for k, v in (job.timings or {}).items()
                      if isinstance(v, int | float)},
+            duration_s=None if job.engine_duration is None
+            else job.engine_duration.total_seconds(),
             files=files)
 
 
@@ -189,6 +202,8 @@ class FleetSummary(Schema):
     machines: int = Field(description="machines not killed")
     by_state: dict[str, int]
     connected: int = Field(description="machines whose engine link is up")
+    live: int = Field(description="machines whose engine is live (its figures are current), as "
+                                  "the pages count them")
     price_per_hour: Decimal = Field(description="$/h billing now (the ledger)")
     gpus: int = Field(description="GPUs rented now (the ledger)")
     gpus_on_engines: int = Field(description="GPUs the running machines' engines report")

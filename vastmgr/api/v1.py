@@ -2,6 +2,7 @@
 permissions: everyone signed in may read and start proofs; acting on machines and renting is
 for staff; a proof is cancelled or retried by staff or by whoever started it."""
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
@@ -37,6 +38,7 @@ from vastmgr.api.schemas import (
     RentIn,
 )
 from vastmgr.fleet import ledger
+from vastmgr.fleet.liveness import LIVE, machine_connection
 from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front.fleet_forms import EventListForm
 from vastmgr.front.proof_forms import ProofListForm, TestProofForm
@@ -371,6 +373,7 @@ def list_events(request: HttpRequest, filters: Query[EventFilter]):
 @api.get("/fleet", response={200: FleetSummary, **DENIED}, tags=["fleet"])
 def fleet_summary(request: HttpRequest):
     machines = Machine.objects.exclude(state=Machine.State.KILLED)
+    now = time.time()
     since = timezone.now() - timedelta(hours=24)
     finished = ProofJob.objects.filter(finished_at__gte=since)
     money = ledger.Reading.load()
@@ -384,6 +387,9 @@ def fleet_summary(request: HttpRequest):
         by_state=dict(machines.values_list("state").annotate(n=Count("pk")).values_list(
             "state", "n")),
         connected=MachineStatus.objects.filter(machine__in=machines, connected=True).count(),
+        live=sum(1 for m in machines.select_related("live") if machine_connection(
+            m.enabled, m.live.connected if hasattr(m, "live") else None, m.last_seen,
+            m.live.interval if hasattr(m, "live") else None, now) == LIVE),
         price_per_hour=_dollars(money.dollars_per_hour()), gpus=money.gpus_rented(),
         gpus_on_engines=on_engines, spent=_dollars(money.spend()),
         billed=_dollars(billed.dollars) if billed else None,

@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 
 # The render time a clock carries (for the browser's delay estimate) moves with every render.
-TICK = re.compile(r'<span class="tick" data-tick-base="([-\d.]+)" data-tick-age="([-\d.]+)" '
-                  r'data-tick-rendered="[\d.]+" data-tick-digits="(\d+)"( data-tick-down="1")?>'
-                  r'[^<]*')
+TICK = re.compile(r'<span class="tick( age)?" data-tick-base="([-\d.]+)" '
+                  r'data-tick-age="([-\d.]+)" data-tick-rendered="[\d.]+" '
+                  r'data-tick-digits="(\d+)"( data-tick-down="1")?>[^<]*')
 MONEY = re.compile(r'<span class="money" data-amount="([-\d.]+)" data-per-hour="([-\d.]+)">'
                    r'\$[\d.,]+')
 # Machine-readable values that move with every update, and the "last seen" count.
@@ -33,9 +33,10 @@ def shown_values(html: str, now: float) -> str:
     """What `html`, rendered at `now`, shows, in a form that stays the same while only its
     running clocks and spend run on."""
     def tick(match: re.Match) -> str:
-        base, age, digits, down = float(match[1]), float(match[2]), int(match[3]), match[4]
+        kind, base, age, digits, down = match[1], float(match[2]), float(match[3]), \
+            int(match[4]), match[5]
         origin = now + base - age if down else now - base - age
-        return f'<span class="tick" origin="{round(origin, digits)}"{down or ""}>'
+        return f'<span class="tick{kind or ""}" origin="{round(origin, digits)}"{down or ""}>'
 
     def money(match: re.Match) -> str:
         amount, per_hour = float(match[1]), float(match[2])

@@ -23,6 +23,16 @@ def connection_state(connected: bool, last_seen: float | None, interval: float,
     return LIVE
 
 
+def machine_connection(enabled: bool, connected: bool | None, last_seen: datetime | None,
+                       interval: float | None, now: float) -> str:
+    """A machine's liveness as every surface states it: a disabled machine, or one the
+    controller never looked at (`connected` None), is offline; otherwise `connection_state`."""
+    if not enabled or connected is None or interval is None:
+        return OFFLINE
+    return connection_state(connected, None if last_seen is None else last_seen.timestamp(),
+                            interval, now)
+
+
 def seen_at(timestamp: float) -> datetime:
     """A time on the controller's clock (`time.time()`) as the database stores it."""
     return datetime.fromtimestamp(timestamp, UTC)

@@ -190,6 +190,11 @@ class Event(models.Model):
         WARNING = "warning"
         ERROR = "error"
 
+    # `data[RECOVERS]` true: this Event says a failure (an Event of the same kind, or alert,
+    # and machine, at warning or above) is over. Notification channels told of the failure are
+    # told of its end too (vastmgr/notify).
+    RECOVERS = "recovers"
+
     time = models.DateTimeField(default=timezone.now, db_index=True)
     machine = models.ForeignKey(
         Machine, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"

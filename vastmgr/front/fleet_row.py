@@ -34,7 +34,7 @@ from vastmgr.fleet.liveness import LIVE
 from vastmgr.fleet.models import Machine
 from vastmgr.front.readmodel import MachineView
 from vastmgr.front.templatetags.reported import NOT_REPORTED, not_reported
-from vastmgr.front.templatetags.units import binary_size, ticking
+from vastmgr.front.templatetags.units import ago, binary_size, ticking
 
 NOT_REPORTED_BY_PROVIDER = not_reported("the provider")
 NOT_REPORTED_BY_ANYONE = not_reported("neither the provider nor the engine")
@@ -152,7 +152,7 @@ def _stale_flag(h: MachineView) -> str:
     if not (h.stale and h.snapshot_age is not None):
         return ""
     return (' <small class="stale-flag" title="Values in this row are what the engine reported '
-            f'then">data {ticking(0, h.snapshot_age)} old</small>')
+            f'then">data {ago(h.snapshot_age)} old</small>')
 
 
 def _gpu(h: MachineView) -> str:
@@ -192,7 +192,10 @@ def _uptime(h: MachineView) -> str:
     if uptime is None:
         return NOT_REPORTED_BY_ANYONE
     stopped = h.uptime_stopped
-    return text(stopped) if stopped else ticking(uptime)
+    if stopped:
+        return text(stopped)
+    value, age = h.uptime_clock or (uptime, 0.0)
+    return ticking(value, age, of=h)
 
 
 def _workers(h: MachineView) -> str:

@@ -101,7 +101,9 @@ def machine_panel_context(machine: Machine, now: float, host: MachineView | None
         "h": host,
         "s": snapshot,
         "pipelines": pipeline_rows(snapshot),
-        "srs": [{**a, "last_used_ago": host.aged(a.get("last_used_secs_ago"))}
+        # "last used N s ago" as of the snapshot: the template's clock adds the snapshot's age
+        # while the machine is live, and stops there when it is not.
+        "srs": [{**a, "last_used_ago": a.get("last_used_secs_ago")}
                 for a in snapshot.get("allocations", {}).get("srs", [])],
         "uptime": host.aged(snapshot.get("uptime_secs")),
         "counters": counters,

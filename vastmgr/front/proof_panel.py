@@ -14,7 +14,7 @@ from vastmgr.front.fragments import render_toast
 from vastmgr.front.readmodel import load_machines
 from vastmgr.front.viewers import fleet_group, machine_group
 from vastmgr.proofs.models import ETA_MIN_RUNS, ProofJob
-from vastmgr.proofs.progress import JobProgress, partition_title
+from vastmgr.proofs.progress import JobProgress, partition_title, segments
 
 
 def phase_legend() -> list[tuple[str, str]]:
@@ -50,25 +50,18 @@ def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
     return [(group, html) for group in groups]
 
 
-def gantt(progress: JobProgress) -> dict:
+def gantt(progress: JobProgress, duration_ms: float | None = None) -> dict:
     """Each partition's synthesis, wait for a device, device time and finalization as bars on
-    one time axis (offsets from the job's submission on its engine)."""
+    one time axis (offsets from the job's submission on its engine). An ended job's axis is its
+    duration (`ProofJob.engine_duration`), and a partition that never reached a device shows
+    its wait until then."""
     bars: list[dict] = []
-    end = 1.0
+    end = duration_ms or 1.0
     for p in progress.partitions:
-        segments: list[tuple[str, float, float]] = []
-        if p.synth_start_ms is not None and p.synth_ms is not None:
-            synth_end = p.synth_start_ms + p.synth_ms
-            segments.append(("synth", p.synth_start_ms, p.synth_ms))
-            if p.gpu_start_ms is not None and p.gpu_start_ms > synth_end:
-                segments.append(("queue", synth_end, p.gpu_start_ms - synth_end))
-        if p.gpu_start_ms is not None and p.gpu_ms is not None:
-            segments.append(("gpu", p.gpu_start_ms, p.gpu_ms))
-        if p.finalize_start_ms is not None and p.finalize_ms is not None:
-            segments.append(("finalize", p.finalize_start_ms, p.finalize_ms))
-        for _, start, length in segments:
+        stages = segments(p, duration_ms)
+        for _, start, length in stages:
             end = max(end, start + length)
-        bars.append({"index": p.index, "state": p.state, "segments": segments,
+        bars.append({"index": p.index, "state": p.state, "segments": stages,
                      "title": partition_title(p)})
     for bar in bars:
         bar["segments"] = [
@@ -113,7 +106,8 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
         "cells": progress.cells(),
         "done": progress.count("done"),
         "phases": phase_legend(),
-        "gantt": gantt(progress),
+        "gantt": gantt(progress, None if job.engine_duration is None
+                       else job.engine_duration.total_seconds() * 1000),
         "proof_chunks": [proof[i:i + PROOF_BYTES].hex() for i in range(0, len(proof), PROOF_BYTES)],
         "proof_len": len(proof),
         "progress": job.progress_summary(),

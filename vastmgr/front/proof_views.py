@@ -47,7 +47,7 @@ def proof_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 def filtered_jobs(params: dict[str, Any]) -> QuerySet[ProofJob]:
     jobs = ProofJob.objects.select_related("machine").annotate(duration_sort=ExpressionWrapper(
-        Coalesce(F("finished_at"), Now()) - F("started_at"), output_field=DurationField()))
+        Coalesce(F("engine_duration"), Now() - F("started_at")), output_field=DurationField()))
     for name in ("status", "kind", "machine"):
         if params.get(name):
             jobs = jobs.filter(**{name: params[name]})

@@ -22,7 +22,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from vastmgr.fleet.ledger import PER_PROOF_RULE, Billed, Reading
-from vastmgr.fleet.liveness import LIVE, OFFLINE, connection_state
+from vastmgr.fleet.liveness import LIVE, OFFLINE, machine_connection
 from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
     PartialMemory,
@@ -117,6 +117,12 @@ class MachineView:
         """Data is shown but the engine is not live: every value is as old as the snapshot."""
         return bool(self.snapshot) and self.connection != LIVE
 
+    @property
+    def live(self) -> bool:
+        """Its engine's figures are current: its running clocks may run. Otherwise each stops
+        at the last snapshot and says how old it is (`{% ticking … of=view %}`)."""
+        return self.connection == LIVE
+
     def aged(self, seconds_ago: float | None) -> float | None:
         """A snapshot's "N s ago" made current: add the snapshot's own age."""
         if seconds_ago is None:
@@ -125,10 +131,11 @@ class MachineView:
 
     @cached_property
     def connection(self) -> str:
-        if self.status is None or not self.machine.enabled:
+        status = self.status
+        if status is None:
             return OFFLINE
-        return connection_state(self.status.connected, self.last_seen_ts, self.status.interval,
-                                self.now)
+        return machine_connection(self.machine.enabled, status.connected, self._last_seen,
+                                  status.interval, self.now)
 
     @property
     def presence(self) -> str:
@@ -306,6 +313,17 @@ class MachineView:
         if self.machine.state == Machine.State.KILLED:
             return None
         return self.aged(self.snapshot.get("uptime_secs"))
+
+    @property
+    def uptime_clock(self) -> tuple[float, float] | None:
+        """The uptime as a clock of the machine's data: (its value when the shown snapshot was
+        taken, that snapshot's age); `{% ticking … of=view %}` stops it there while the machine
+        is not live."""
+        uptime = self.uptime
+        if uptime is None:
+            return None
+        age = min(self.snapshot_age or 0.0, uptime)
+        return uptime - age, age
 
     @property
     def uptime_stopped(self) -> str:

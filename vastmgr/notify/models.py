@@ -12,6 +12,9 @@ from vastmgr.remote.models import Secret
 LEVELS = [level.value for level in Event.Level]  # in rising order
 # Events about notifying itself are never notified (a failing channel would feed itself).
 OWN_KIND = "notify"
+# A recovery (`Event.RECOVERS`) goes to every channel that was told of the failure it ends,
+# whatever the channel's minimum level or topics, so whoever was paged hears that it is over.
+_FAILURE_LEVELS = [level for level in LEVELS if LEVELS.index(level) >= LEVELS.index("warning")]
 
 
 def event_topic(event: Event) -> str:
@@ -21,11 +24,20 @@ def event_topic(event: Event) -> str:
     return alert if event.kind == "alert" and isinstance(alert, str) else event.kind
 
 
+def subject(event: Event) -> str:
+    """What an Event is about (its topic and machine): a failure and its recovery share it."""
+    return f"{event_topic(event)}|{event.machine_id or '-'}|"
+
+
 def fingerprint(event: Event) -> str:
     """Events that say the same thing: same topic, machine and level, and the same message but
     for its numbers ("gpu-1 offline for 5 min" and "... for 6 min" are one alert)."""
     text = re.sub(r"\d+(\.\d+)?", "#", event.message)
-    return f"{event_topic(event)}|{event.machine_id or '-'}|{event.level}|{text}"[:500]
+    return f"{subject(event)}{event.level}|{text}"[:500]
+
+
+def is_recovery(event: Event) -> bool:
+    return isinstance(event.data, dict) and event.data.get(Event.RECOVERS) is True
 
 
 class Channel(models.Model):
@@ -66,6 +78,16 @@ class Channel(models.Model):
         return (self.enabled and event.kind != OWN_KIND
                 and LEVELS.index(event.level) >= LEVELS.index(self.min_level)
                 and (not self.topics or event_topic(event) in self.topics))
+
+    def awaits_recovery(self, event: Event) -> bool:
+        """`event` is a recovery and the last this channel was sent about its subject was a
+        failure (sent or still to be sent), not yet its end."""
+        if not (self.enabled and is_recovery(event)):
+            return False
+        last = (Delivery.objects.filter(channel=self, fingerprint__startswith=subject(event),
+                                        state__in=(Delivery.State.PENDING, Delivery.State.SENT))
+                .order_by("-created", "-id").values_list("level", flat=True).first())
+        return last in _FAILURE_LEVELS
 
     def delete(self, *args, **kwargs):
         Secret.objects.filter(name=self.secret_name).delete()

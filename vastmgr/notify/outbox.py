@@ -31,18 +31,23 @@ APPRISE_TYPES = {"info": apprise.NotifyType.INFO, "warning": apprise.NotifyType.
 
 
 def enqueue(sender, instance: Event, created: bool, **kwargs) -> None:
-    """post_save of Event: one delivery per channel that wants it; a repeat of something sent
-    to that channel within its resend interval is recorded as suppressed."""
+    """post_save of Event: one delivery per channel that wants it (by its rules, or because it
+    was told of the failure this Event ends); a repeat of something sent to that channel within
+    its resend interval is recorded as suppressed."""
     if not created or kwargs.get("raw"):
         return
-    channels = [c for c in Channel.objects.filter(enabled=True) if c.wants(instance)]
+    # A recovery that ends a failure the channel was told of is never a repeat: the failure
+    # in between made it news again.
+    ending = {c.pk for c in Channel.objects.filter(enabled=True) if c.awaits_recovery(instance)}
+    channels = [c for c in Channel.objects.filter(enabled=True)
+                if c.pk in ending or c.wants(instance)]
     if not channels:
         return
     print_ = fingerprint(instance)
     machine = instance.machine.name if instance.machine_id and instance.machine else ""
     title = f"[{instance.level}] {event_topic(instance)}" + (f" on {machine}" if machine else "")
     for channel in channels:
-        repeat = Delivery.objects.filter(
+        repeat = channel.pk not in ending and Delivery.objects.filter(
             channel=channel, fingerprint=print_, created__gte=instance.time - channel.resend_after,
             state__in=(Delivery.State.PENDING, Delivery.State.SENT)).exists()
         Delivery.objects.create(

@@ -41,7 +41,7 @@ def _budget(hosts: list[MachineView]) -> list[Event]:
     return [Event.record("alert", message,
                          level=Event.Level.WARNING if over else Event.Level.INFO,
                          data={"alert": OVER_BUDGET, "over": over, "dollars_per_hour": dph,
-                               "budget": budget})]
+                               "budget": budget, Event.RECOVERS: not over})]
 
 
 def _lies(hosts: list[MachineView]) -> list[Event]:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSES
 from vastmgr.fleet.models import Event
 from vastmgr.lib.transitions import check_transition
-from vastmgr.proofs.progress import PHASE_LABELS, PHASE_TITLES, JobProgress
+from vastmgr.proofs.progress import PHASE_LABELS, PHASE_TITLES, JobProgress, proof_duration_ms
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1
@@ -97,6 +97,9 @@ class ProofJob(models.Model):
         null=True, blank=True, help_text="Last partition states seen in the engine's status"
     )
     error = models.TextField(blank=True)
+    engine_duration = models.DurationField(
+        null=True, blank=True,
+        help_text="An ended job's duration (progress.proof_duration_ms), kept with every save")
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -134,6 +137,30 @@ class ProofJob(models.Model):
             setattr(self, name, value)
         self.status = target
         self.save(update_fields=["status", *fields])
+
+    def save(self, *args, **kwargs) -> None:
+        # The duration is derived from the fields it depends on at every save, so no path that
+        # ends a job or settles its partitions can leave it behind.
+        duration = self.ended_duration()
+        if duration != self.engine_duration:
+            self.engine_duration = duration
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = [*kwargs["update_fields"], "engine_duration"]
+        super().save(*args, **kwargs)
+
+    def ended_duration(self) -> timedelta | None:
+        """The ended job's duration as the engine timed it (`proof_duration_ms`); a result
+        without the engine's times (an engine too old to send them) is timed on this
+        dashboard's clock, from when the job was seen running to its result."""
+        if not self.is_final:
+            return None
+        total_ms = (self.timings or {}).get("total_ms")
+        duration_ms = proof_duration_ms(self.engine_progress.partitions, total_ms)
+        if duration_ms is not None:
+            return timedelta(milliseconds=duration_ms)
+        if self.started_at is not None and self.finished_at is not None:
+            return self.finished_at - self.started_at
+        return None
 
     def fail(self, error: str, **fields) -> None:
         """Fail the job; every failure is an Event, wherever it was found."""
@@ -220,11 +247,11 @@ class ProofJob(models.Model):
 
     @property
     def duration(self) -> timedelta | None:
-        """Time on the engine: from start (or submission) to the end, or until now if running."""
-        start = self.started_at or (self.submitted_at if self.finished_at else None)
-        if start is None:
-            return None
-        return (self.finished_at or timezone.now()) - start
+        """An ended job's `engine_duration`; a running one's time since it was seen running
+        (pages say "so far")."""
+        if self.is_final:
+            return self.engine_duration
+        return None if self.started_at is None else timezone.now() - self.started_at
 
     @property
     def shown_status(self) -> str:
@@ -307,12 +334,12 @@ class ProofJob(models.Model):
     @classmethod
     def duration_percentiles(cls, since: timedelta = timedelta(hours=24)) -> list[dict]:
         """p50/p95 of done proofs' durations per kind and profile over the window."""
-        rows = (cls.objects.filter(status=cls.Status.DONE, started_at__isnull=False,
+        rows = (cls.objects.filter(status=cls.Status.DONE, engine_duration__isnull=False,
                                    finished_at__gte=timezone.now() - since)
-                .values_list("kind", "profile", "started_at", "finished_at"))
+                .values_list("kind", "profile", "engine_duration"))
         groups: dict[tuple[str, str], list[float]] = {}
-        for kind, profile, start, end in rows:
-            groups.setdefault((kind, profile), []).append((end - start).total_seconds())
+        for kind, profile, took in rows:
+            groups.setdefault((kind, profile), []).append(took.total_seconds())
         return [{"kind": kind, "profile": profile, "count": len(values),
                  "p50": _percentile(values, 50), "p95": _percentile(values, 95)}
                 for (kind, profile), values in sorted(groups.items())]

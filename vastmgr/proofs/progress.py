@@ -86,6 +86,39 @@ def pipeline_phase(pipeline: PartialPipeline) -> str | None:
                  pipeline.get("phase"))
 
 
+def segments(partition: PartitionSnapshot,
+             end_ms: float | None = None) -> list[tuple[str, float, float]]:
+    """A partition's stages on the job's time axis (milliseconds from its submission on the
+    engine): (`synth` | `queue` | `gpu` | `finalize`, start, length). `queue` is the wait of a
+    synthesized partition for a device: until it got one, or, for one that never did (the job
+    was cancelled or failed first), until the job's end `end_ms` when that is known."""
+    stages: list[tuple[str, float, float]] = []
+    p = partition
+    if p.synth_start_ms is not None and p.synth_ms is not None:
+        synth_end = p.synth_start_ms + p.synth_ms
+        stages.append(("synth", p.synth_start_ms, p.synth_ms))
+        waited_until = p.gpu_start_ms if p.gpu_start_ms is not None else end_ms
+        if waited_until is not None and waited_until > synth_end:
+            stages.append(("queue", synth_end, waited_until - synth_end))
+    if p.gpu_start_ms is not None and p.gpu_ms is not None:
+        stages.append(("gpu", p.gpu_start_ms, p.gpu_ms))
+    if p.finalize_start_ms is not None and p.finalize_ms is not None:
+        stages.append(("finalize", p.finalize_start_ms, p.finalize_ms))
+    return stages
+
+
+def proof_duration_ms(partitions: Iterable[PartitionSnapshot],
+                      total_ms: float | None) -> float | None:
+    """A proof's duration, the one definition every page, the API and /metrics show: from its
+    submission on the engine until nothing of it ran any more. That is the engine's own end
+    (`timings.total_ms`), or later for a job cancelled or failed while partitions were on a
+    device, which settle after it: when the last of them did. None without the engine's end."""
+    if total_ms is None:
+        return None
+    ends = [start + length for p in partitions for _, start, length in segments(p)]
+    return max([float(total_ms), *ends])
+
+
 def partition_title(partition: PartitionSnapshot) -> str:
     """The tooltip of a partition's cell: its phase and the time each stage took."""
     parts = [f"P{partition.index} {partition.state}"]

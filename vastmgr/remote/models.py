@@ -1,3 +1,4 @@
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -269,3 +270,36 @@ class MachinePerf(models.Model):
         if not created and rate > perf.proofs_per_hour:
             perf.proofs_per_hour = rate
             perf.save(update_fields=["proofs_per_hour", "updated"])
+
+
+class ProviderCall(models.Model):
+    """One call to a provider's API, with its outcome: the provider log (its own page), apart
+    from the Events timeline, which says what happened to the fleet. A call that failed is
+    also an error Event (the alert rules and on-call act on those); a routine listing is not.
+    Kept for `KEEP`."""
+
+    KEEP = timedelta(days=7)
+
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    provider = models.CharField(max_length=20, default="vast")
+    machine = models.ForeignKey(Machine, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="provider_calls")
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=300)
+    status = models.PositiveSmallIntegerField(null=True, blank=True,
+                                              help_text="HTTP status; empty: no response")
+    ok = models.BooleanField()
+    attempts = models.PositiveSmallIntegerField(default=1)
+    waited_s = models.FloatField(default=0.0, help_text="Seconds waited between attempts")
+    problem = models.TextField(blank=True, help_text="What was wrong with the answer")
+
+    class Meta:
+        ordering = ["-time", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.method} {self.path} → {self.status or 'no response'}"
+
+    @classmethod
+    def record(cls, **fields) -> "ProviderCall":
+        cls.objects.filter(time__lt=timezone.now() - cls.KEEP).delete()
+        return cls.objects.create(**fields)

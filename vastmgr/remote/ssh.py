@@ -107,7 +107,8 @@ def _record_recovery(machine_id: int, attempts: int, seconds: float) -> None:
     if RemoteMachine.objects.filter(machine=machine).exclude(last_error="").update(last_error=""):
         Event.record("ssh", f"{machine.name}: SSH connection back after {attempts} failed "
                             f"attempt(s) over {seconds:.0f} s", machine=machine,
-                     data={"attempts": attempts, "seconds": round(seconds, 1)})
+                     data={"attempts": attempts, "seconds": round(seconds, 1),
+                           Event.RECOVERS: True})
 
 
 async def _presented_key(target: SSHTarget) -> str:

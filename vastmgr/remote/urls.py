@@ -16,5 +16,6 @@ urlpatterns = [
     path("offers/rent/", views.rent_offers, name="rent"),
     path("offers/ignore/", views.ignore_offers, name="ignore_offers"),
     path("bad-machines/", views.bad_machines, name="bad_machines"),
+    path("provider-log/", views.provider_log, name="provider_log"),
     path("bad-machines/<int:pk>/unmark/", views.unmark_bad_machine, name="unmark_bad_machine"),
 ]

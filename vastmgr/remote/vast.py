@@ -39,6 +39,7 @@ from vastmgr.remote.config import RemoteSettings, parse_env
 from vastmgr.remote.models import (
     BadMachine,
     MachinePerf,
+    ProviderCall,
     RemoteMachine,
     Secret,
     UnmanagedInstance,
@@ -280,13 +281,18 @@ class VastClient:
         return {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
 
     def _record(self, method, path, reply: _Reply, attempts, waited, machine) -> None:
+        """Every call into the provider log; a failed one is also an error Event."""
+        ProviderCall.record(machine=machine, method=method, path=path[:300],
+                            status=reply.status, ok=reply.ok, attempts=attempts,
+                            waited_s=round(waited, 3),
+                            problem="" if reply.ok else reply.describe())
+        if reply.ok:
+            return
         message = f"vast {method} {path} → {reply.status or 'no response'}"
         if attempts > 1:
             message += f" after {attempts} attempts ({waited:.1f} s waited)"
-        if not reply.ok:
-            message += f": {reply.describe()}"
-        Event.record("vast", message, machine=machine,
-                     level=Event.Level.INFO if reply.ok else Event.Level.ERROR,
+        Event.record("vast", f"{message}: {reply.describe()}", machine=machine,
+                     level=Event.Level.ERROR,
                      data={"method": method, "path": path, "status": reply.status,
                            "attempts": attempts, "waited_s": round(waited, 3)})
 
@@ -839,10 +845,10 @@ def _record_unmanaged(unmanaged: dict[int, tuple[dict, str]], now: datetime
             price = f", ${row.dph_total:.4f}/h" if row.dph_total is not None else ""
             message = (f"Vast instance {instance_id} (label {row.label or 'none'!r}{price}) is "
                        f"billing and no machine manages it: {reason}")
-            Event.record("vast", message, level=Event.Level.WARNING,
-                         data={"instance_id": instance_id, "label": row.label})
+            # One Event: the alert's own (kind `alert`), which the notifier and the webhook
+            # carry; a `vast` Event beside it told the Events page and on-call the same twice.
             found.append(alerts.Alert("unmanaged_instance", message, None,
-                                      {"instance_id": instance_id}))
+                                      {"instance_id": instance_id, "label": row.label}))
     return found
 
 

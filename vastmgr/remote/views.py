@@ -38,7 +38,14 @@ from vastmgr.remote.forms import (
     masked_env,
     min_bench_rate,
 )
-from vastmgr.remote.models import BadMachine, RemoteMachine, RentPreference, Secret, VastSync
+from vastmgr.remote.models import (
+    BadMachine,
+    ProviderCall,
+    RemoteMachine,
+    RentPreference,
+    Secret,
+    VastSync,
+)
 from vastmgr.remote.provision import Provisioner, run_on_machines
 from vastmgr.remote.tunnel import has_engine
 
@@ -51,6 +58,8 @@ COMMAND_OUTPUT_LINES = 200
 # this long in all for the host to confirm the engine is gone.
 DESTROY_GRACE_S = 10
 ENGINE_STOP_TIMEOUT_S = 90
+
+PROVIDER_LOG_ROWS = 500  # the newest calls shown: about four hours of routine listings
 
 
 @staff_only
@@ -118,6 +127,13 @@ def machine_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "events": machine.events.all()[:100], "actions": offered(machine),
         "log": _log_state(machine),
     })
+
+
+def provider_log(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Every call to the provider's API, newest first (the Events page says what happened)."""
+    calls = ProviderCall.objects.select_related("machine")[:PROVIDER_LOG_ROWS]
+    return render(request, "remote/provider_log.html",
+                  {"calls": calls, "rows": PROVIDER_LOG_ROWS, "keep_days": ProviderCall.KEEP.days})
 
 
 def machine_events(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:

@@ -302,7 +302,7 @@ def as_the_browser_shows(html: str, rendered_at: float, at: float) -> str:
     its clocks and spend forward (as `tick()` does). Left out: the seq and receipt time
     (machine-readable), and "last seen", which the row's refresh keeps current."""
     def tick(match):
-        base, age, digits, down = float(match[1]), float(match[2]), int(match[3]), match[4]
+        base, age, digits, down = float(match[2]), float(match[3]), int(match[4]), match[5]
         elapsed = age + at - rendered_at
         value = max(0.0, base - elapsed) if down else base + elapsed
         if digits:

@@ -126,7 +126,7 @@ def test_a_stale_host_says_so_with_its_age_on_every_page(admin_client):
     machine = host(connected=False, seen_ago=120.0, snapshot_age=120.0)
     row = admin_client.get("/").content.decode().split(f'id="host-{machine.pk}-row"')[1]
     assert 'data-host-stale="true"' in row.split(">", 1)[0]
-    assert re.search(r'data \<span class="tick" data-tick-base="0.000" data-tick-age="12\d\.\d+"',
+    assert re.search(r'data \<span class="tick age" data-tick-base="0.000" data-tick-age="12\d\.\d+"',
                      row.split("</tr>")[0])
     panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert 'data-host-stale="true"' in panel and "stale: data" in panel

@@ -205,3 +205,37 @@ def test_an_upstream_lie_alerts_once_per_episode():
     assert watch.check() == []
     tally(2, True)
     assert len(watch.check()) == 1
+
+
+def test_a_recovery_reaches_every_channel_that_was_told_of_the_failure(receiver, fast_retries):
+    """"SSH connection back" is info, below the pager's minimum level: it still goes wherever
+    the outage went, once, and nowhere the outage did not go. Recorded by the SSH link's own
+    functions, as every process that finds the machine down or back does."""
+    from vastmgr.remote.models import RemoteMachine
+    from vastmgr.remote.ssh import _record_failure, _record_recovery
+
+    gpu = Machine.objects.create(name="gpu-1", provider="ssh", host="127.0.0.1")
+    RemoteMachine.objects.create(machine=gpu)
+    with Receiver() as elsewhere:
+        channel(receiver.url, name="pager", min_level="error")
+        channel(elsewhere.url, name="offline-only", topics=["host_offline"])
+        _record_failure(gpu.pk, "gpu-1: SSH connection refused", "ssh")
+        _record_failure(gpu.pk, "gpu-1: SSH connection refused", "ssh")  # another process
+        deliver_all()
+        _record_recovery(gpu.pk, 3, 12.0)
+        _record_recovery(gpu.pk, 3, 12.0)  # another process finds it back too: said once
+        deliver_all()
+        assert receiver.messages() == ["gpu-1: SSH connection refused",
+                                       ("gpu-1: SSH connection back after 3 failed attempt(s) "
+                                       "over 12 s")]
+        assert elsewhere.messages() == []
+    # The next outage and its end go out again; a recovery nobody was told the failure of
+    # (the pager had it already) does not.
+    _record_failure(gpu.pk, "gpu-1: SSH connection timed out", "ssh")
+    _record_recovery(gpu.pk, 1, 4.0)
+    Event.record("ssh", "gpu-1: SSH connection back", machine=gpu,
+                 data={Event.RECOVERS: True})
+    deliver_all()
+    assert receiver.messages()[2:] == ["gpu-1: SSH connection timed out",
+                                       ("gpu-1: SSH connection back after 1 failed attempt(s) "
+                                       "over 4 s")]

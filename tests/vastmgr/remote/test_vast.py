@@ -22,7 +22,14 @@ from vastmgr.lib.errors import VastAuthError, VastError, VastRateLimited
 from vastmgr.remote import vast
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.lifecycle import Automation
-from vastmgr.remote.models import BadMachine, MachinePerf, RemoteMachine, Secret, UnmanagedInstance
+from vastmgr.remote.models import (
+    BadMachine,
+    MachinePerf,
+    ProviderCall,
+    RemoteMachine,
+    Secret,
+    UnmanagedInstance,
+)
 from vastmgr.remote.ssh import MachineLink
 from vastmgr.remote.vast import BACKGROUND, OfferFilter, RentRequest, VastClient
 
@@ -39,6 +46,10 @@ def client_for(fake_vast, sleep, key=API_KEY, **options):
 
 async def vast_events():
     return [e async for e in Event.objects.filter(kind="vast").order_by("id")]
+
+
+async def provider_calls():
+    return [c async for c in ProviderCall.objects.order_by("id")]
 
 
 async def alerts_of(kind):
@@ -188,8 +199,9 @@ async def test_retry_after_3_is_waited_out_then_the_call_succeeds(fake_vast, no_
     offers = await client_for(fake_vast, no_sleep).search_offers(OfferFilter())
 
     assert len(offers) == 1 and no_sleep.delays == [3.0]
-    [event] = await vast_events()
-    assert event.data["attempts"] == 2 and event.data["waited_s"] == 3.0
+    [call] = await provider_calls()
+    assert call.ok and call.attempts == 2 and call.waited_s == 3.0
+    assert not await vast_events(), "a call that succeeded is no Event"
 
 
 async def test_retry_after_as_an_http_date_is_honoured(fake_vast, no_sleep):
@@ -238,8 +250,8 @@ async def test_a_real_one_second_retry_after_end_to_end(fake_vast):
     offers = await VastClient(API_KEY, fake_vast.url).search_offers(OfferFilter())
 
     assert len(offers) == 1 and time.monotonic() - started >= 1.0
-    [event] = await vast_events()
-    assert event.data["attempts"] == 2
+    [call] = await provider_calls()
+    assert call.ok and call.attempts == 2
 
 
 async def test_the_offers_page_says_when_to_retry_while_vast_rate_limits(
@@ -482,6 +494,9 @@ async def test_an_unmanaged_billing_instance_is_alerted_and_shown_on_the_fleet_p
     assert summary["unmanaged"] == [foreign] and foreign in fake_vast.instances, "not ours"
     [alert] = await alerts_of("unmanaged_instance")
     assert str(foreign) in alert.message and "billing" in alert.message
+    # said once: no other Event repeats it (on the Events page and to on-call)
+    assert [e async for e in Event.objects.filter(message__contains=f"instance {foreign} ")] \
+        == [alert]
     user = await sync_to_async(User.objects.create_user)("viewer", password="pw-12345678")
     await sync_to_async(client.force_login)(user)
     page = (await sync_to_async(client.get)("/")).content.decode()
@@ -576,3 +591,30 @@ async def test_destroy_removes_the_instance_and_kills_the_machine(fake_vast, no_
     assert machine.state == Machine.State.KILLED and machine.kill_reason == "operator destroyed it"
     # Destroying again (the instance is already gone) is not an error.
     await vast.destroy(client, machine, "again")
+
+
+async def test_provider_calls_go_to_the_provider_log_not_the_events_timeline(
+        fake_vast, no_sleep, client):
+    """The reconcile lists our instances twice a minute: each call is a line of the provider
+    log; the Events page, which says what happened to the fleet, carries none of them, and a
+    call that failed is on both (the alert rules count those)."""
+    client_api = client_for(fake_vast, no_sleep)
+    await vast.reconcile(client_api)
+    await vast.reconcile(client_api)
+    fake_vast.fail_next("/api/v1/instances/", 400, text="bad request")
+    with pytest.raises(VastError):
+        await vast.reconcile(client_api)
+
+    calls = await provider_calls()
+    assert [(c.method, c.path, c.status, c.ok) for c in calls] == \
+        [("GET", "/api/v1/instances/", 200, True)] * 2 + \
+        [("GET", "/api/v1/instances/", 400, False)]
+    assert [e.level for e in await vast_events()] == [Event.Level.ERROR]
+    user = await sync_to_async(User.objects.create_user)("viewer", password="pw-12345678")
+    await sync_to_async(client.force_login)(user)
+    events = (await sync_to_async(client.get)("/events/")).content.decode()
+    assert events.count("/api/v1/instances/ → ") == 1  # the failure only
+    log = await sync_to_async(client.get)("/remote/provider-log/")
+    assert log.status_code == 200
+    rows = log.content.decode().split('id="provider-calls"')[1]
+    assert rows.count("GET /api/v1/instances/") == 3 and rows.count('data-ok="false"') == 1

@@ -10,6 +10,12 @@ EXTRACT = r"""
 (arg) => {
   const traceback = (document.body.textContent || "").includes("Traceback (most recent call last)");
   const read = (view) => Object.assign(view, {traceback});
+  // Clocks of the view's data: running (fleet.js moves them) and stopped ones without their
+  // "as of" (a snapshot's age, class "age", is not the data's and always runs).
+  const clocks = (root) => ({
+    running: root ? root.querySelectorAll(".tick:not(.age)").length : 0,
+    unlabelled: root ? [...root.querySelectorAll(".tick-frozen")].filter(
+      el => !(el.nextElementSibling && el.nextElementSibling.classList.contains("as-of"))).length : 0});
   const num = (text, re) => { const m = (text || "").match(re); return m ? parseFloat(m[1]) : null; };
   const phaseOf = (el, prefix) => {
     if (el.dataset.phase) return el.dataset.phase;
@@ -41,7 +47,7 @@ EXTRACT = r"""
     const waiting = row.querySelector(".waiting-jobs");
     const parts = row.querySelector(".waiting-parts");
     const seq = row.dataset.seq ? parseInt(row.dataset.seq) : null;
-    return read({kind: "fleet", page: "fleet row", stale: stale(row), seq, figures: {
+    return read({kind: "fleet", page: "fleet row", stale: stale(row), seq, clocks: clocks(row), figures: {
       busy_workers: num(wtext, /(\d+)\s*busy/), idle_workers: num(wtext, /(\d+)\s*idle/),
       waiting_jobs: waiting ? num(waiting.textContent, /(\d+)/) : null,
       parts_ready: waiting ? (parts ? num(parts.textContent, /(\d+)/) : 0) : null}});
@@ -69,7 +75,8 @@ EXTRACT = r"""
     });
     const memText = memory ? (memory.querySelector("small") || memory).textContent : "";
     const seq = panel.dataset.snapshotSeq ? parseInt(panel.dataset.snapshotSeq) : null;
-    return read({kind: "host", page: "host panel", stale: stale(panel), seq, pipelines, workers, figures: {
+    return read({kind: "host", page: "host panel", stale: stale(panel), seq, pipelines, workers,
+                 clocks: clocks(panel), figures: {
       synthesis_active: synth ? num(synth.textContent, /(\d+)\s*\//) : null,
       done: num(ctext, /(\d+)\s*done/), failed: num(ctext, /(\d+)\s*failed/),
       cancelled: num(ctext, /(\d+)\s*cancelled/),
@@ -80,6 +87,7 @@ EXTRACT = r"""
   if (!section) return {kind: "proof", page: "proof page", job: arg.job, missing: true};
   const status = document.getElementById(`proof-${arg.job}-status`);
   return read({kind: "proof", page: "proof page", job: arg.job, stale: stale(section),
+               clocks: clocks(section),
                status: section.dataset.jobStatus || null, phase: labelOf(status),
                cells: cellsIn(section)});
 }

@@ -497,6 +497,21 @@ def check_stale(view: Mapping[str, Any], states: list[EngineState], verdict: Ver
                   lambda: "not answering through the window")
 
 
+def check_frozen_clocks(view: Mapping[str, Any], verdict: Verdict) -> None:
+    """A page that labels a host's data as old runs none of its clocks (busy times, phase
+    durations, SRS "last used", uptime, ETA): nobody knows whether the engine is still at it.
+    Each stopped clock says how old it is ("as of N s ago")."""
+    clocks = view.get("clocks") or {}
+    if not view.get("stale") or view.get("status") in TERMINAL_STATUSES:
+        return
+    verdict.check(not clocks.get("running"), "frozen_clock", view["page"],
+                  "clocks running on data that is not live", clocks.get("running"),
+                  lambda: "every clock stopped at the snapshot")
+    verdict.check(not clocks.get("unlabelled"), "frozen_clock", view["page"],
+                  "stopped clocks without their age", clocks.get("unlabelled"),
+                  lambda: "each says 'as of N s ago'")
+
+
 RULES: dict[str, Callable[[Mapping[str, Any], list[EngineState], Verdict], None]] = {
     "cells": check_cells,
     "job_phase": check_job_phase,
@@ -505,17 +520,18 @@ RULES: dict[str, Callable[[Mapping[str, Any], list[EngineState], Verdict], None]
     "stale": check_stale,
 }
 RULE_NAMES = ("partition_phase", "settled_job_in_flight", "job_phase", "worker_state",
-              "worker_clock", "figures", "stale_label", "http")
+              "worker_clock", "figures", "stale_label", "frozen_clock", "http")
 
 
 def judge(view: Mapping[str, Any], states: list[EngineState]) -> Verdict:
     """Every rule over one DOM extract. A view marked stale (the page labels its data as old)
-    is judged only on that label."""
+    is judged only on that label and on its clocks standing still."""
     verdict = Verdict()
     verdict.check(not view.get("traceback"), "http", view["page"], "page text", "a traceback",
                   lambda: "no traceback on any page")
     check_stale(view, states, verdict)
     if view.get("stale"):
+        check_frozen_clocks(view, verdict)
         return verdict
     for name, rule in RULES.items():
         if name != "stale":

@@ -233,6 +233,18 @@ def test_data_shown_as_live_while_the_engine_does_not_answer_is_caught():
     assert rules_broken(proof, down) == []
 
 
+def test_a_clock_running_on_data_that_is_not_live_is_caught():
+    down = [EngineState(T - 3, None), EngineState(T - 1, None), EngineState(T - 0.1, None)]
+    frozen = host_view(stale=True, clocks={"running": 0, "unlabelled": 0})
+    assert rules_broken(frozen, down) == []
+    assert rules_broken(host_view(stale=True, clocks={"running": 2, "unlabelled": 0}),
+                        down) == ["frozen_clock"]
+    assert rules_broken(host_view(stale=True, clocks={"running": 0, "unlabelled": 1}),
+                        down) == ["frozen_clock"]
+    assert rules_broken(host_view(clocks={"running": 2, "unlabelled": 0}),
+                        states(snapshot(RUNNING))) == []  # live: clocks run
+
+
 def test_a_5xx_or_a_traceback_is_caught():
     assert rules_broken(host_view(traceback=True), states(snapshot(RUNNING))) == ["http"]
     assert check_response("/x", 500, "") is not None
