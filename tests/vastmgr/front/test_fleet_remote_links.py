@@ -3,6 +3,7 @@
 import pytest
 from django.utils import timezone
 
+from tests.conftest import REPO
 from vastmgr.fleet.models import Machine, MachineStatus
 
 pytestmark = pytest.mark.django_db
@@ -43,4 +44,8 @@ def test_add_host_is_offered_to_staff_only(admin_client, client, django_user_mod
 
 def test_live_pages_show_the_connection_badge_and_static_pages_hide_it(admin_client):
     assert ">connecting…</span>" in admin_client.get("/").content.decode()
-    assert 'title="Live connection"></span>' in admin_client.get("/events/").content.decode()
+    # A static page's badge is empty, and the stylesheet hides "page updates" around it.
+    assert 'id="connection-badge" class="badge badge-idle"></span>' in \
+        admin_client.get("/events/").content.decode()
+    css = (REPO / "static" / "vastmgr" / "app.css").read_text()
+    assert ".page-updates:has(#connection-badge:empty) { display:none; }" in css

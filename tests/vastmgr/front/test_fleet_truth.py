@@ -99,11 +99,12 @@ def test_a_running_proof_with_nothing_on_a_device_reads_waiting_on_the_proof_pag
 def test_counters_state_their_window_and_snapshot_ages_are_current(admin_client, machine):
     panel = admin_client.get(f"/machines/{machine.pk}/").content.decode()
     assert "since engine start" in panel
-    # The SRS entry was used 3 s before a snapshot taken 100 s ago: 103 s ago now, and the
-    # page hands the browser that age to keep counting.
+    # The SRS entry was used 3 s before a snapshot taken 100 s ago: 103 s ago now. The page
+    # hands the browser the engine's value and the snapshot's age, to keep counting from.
     srs = panel.split("porep-c2.tiny</code>")[1].split("</tr>")[0]
-    age = float(re.search(r'data-tick-base="([0-9.]+)"', srs).group(1))
-    assert 103 <= age < 106, srs
+    base = float(re.search(r'data-tick-base="([0-9.]+)"', srs).group(1))
+    snapshot_age = float(re.search(r'data-tick-age="([0-9.]+)"', srs).group(1))
+    assert base == 3 and 103 <= base + snapshot_age < 106, srs
     assert "snapshot taken" in panel
 
 
@@ -312,6 +313,7 @@ def test_a_host_going_offline_repushes_its_running_proofs_pages_marked_stale(mac
 
 
 def test_a_batch_submit_is_confirmed(admin_client, machine):
+    Machine.objects.filter(pk=machine.pk).update(state=Machine.State.RUNNING)  # ready to prove
     response = admin_client.post("/proofs/new/", {
         "machine": machine.pk, "kind": "porep-c2", "profile": "tiny", "seed": 1, "count": 3,
         "priority": ""}, follow=True)

@@ -119,7 +119,7 @@ def test_the_fleet_row_counts_jobs_not_yet_on_a_device_and_is_machine_readable(a
     assert f'class="truncate" title="{LONG_NAME}"' in row
     assert "21.5 GiB" in row
     totals = page.split('id="fleet-totals"')[1]
-    assert "<b>1</b> host:" in totals
+    assert "<b>1</b> machine:" in totals
 
 
 def test_a_stale_host_says_so_with_its_age_on_every_page(admin_client):
