@@ -146,66 +146,26 @@ class FleetController:
     # ---- one tick -------------------------------------------------------------------------
 
     async def tick(self) -> None:
+        """One pass, in the order a reader can follow: what changed, push it, write it, then
+        the work that may wait a tick (machines, dispatch, actions, benchmarks, history)."""
         now = self.clock()
-        if getattr(self.publisher, "reconnected", False):
-            # Whatever was pushed while the relay was down got lost (the viewers, asked again,
-            # announce themselves fresh).
-            self.publisher.reconnected = False
-            self.shown.forget()
-            for host in self.hosts.values():
-                host.live.changed = True
+        self._resend_after_a_lost_relay()
         fresh = self.viewers.take_fresh()
         # The machines are read at the end of a tick, off the push's path. But a page that has
         # just opened was sent its state from the database: the whole page pushed to it now
-        # comes from machines read after that, or a host rented a moment ago would vanish from
-        # it until the next tick. A controller that just started knows no machine at all.
+        # comes from machines read after that, or a machine rented a moment ago would vanish
+        # from it until the next tick. A controller that just started knows no machine at all.
         acquired = await self.sync_machines() if fresh or not self.machines_read else set()
         changed = self._collect_changes(now)
-        # Fleet pages: each watched page (its query, from its viewers' announcements) gets
-        # its own rows and the totals; its rows are worked out here each tick.
-        pages = self.viewers.pages()
-        changed_here = set(changed)  # looked up once per machine: a list cost 1,000² a tick
-        panels = {machine_id for machine_id in self.machines
-                  if (machine_id in changed_here
-                      and self.viewers.watched(viewers.machine_group(machine_id)))
-                  or (fresh and viewers.machine_group(machine_id) in fresh
-                      and self._answers_for(machine_id))}
-        written: dict[int, MachineStatus] = {}
-        for machine_id in changed:
-            self.hosts[machine_id].status = written[machine_id] = self._status_row(machine_id, now)
+        written = {machine_id: self._status_row(machine_id, now) for machine_id in changed}
+        for machine_id, status in written.items():
+            self.hosts[machine_id].status = status
         # Push first, write after: the fragments come from the state held here (the same
         # state that is written next), so the database write adds nothing to the latency.
-        if pages or panels:
-            statuses = {**self.others, **{machine_id: host.status for machine_id, host
-                                          in self.hosts.items() if host.status is not None}}
-            messages = await database_sync_to_async(self._render)(
-                pages, fresh, changed_here, panels, statuses, now)
-            if not await self.publisher.send(messages):
-                self.shown.forget()
-                self.page_rows.clear()
-                self.viewers.fresh |= fresh
-                for machine_id in changed:
-                    if machine_id in self.hosts:
-                        self.hosts[machine_id].live.changed = True
-        if changed:
-            # Hosts whose stored snapshot is already the one they have (a quiet engine's
-            # heartbeat, a connection change): it is not serialised and written again.
-            same_snapshot = {machine_id for machine_id, status in written.items()
-                             if status.snapshot is self.hosts[machine_id].stored_snapshot}
-            connection_changed, self.connection_changed = self.connection_changed, set()
-            messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
-                list(written.values()), connection_changed, same_snapshot)
-            for machine_id, status in written.items():
-                if machine_id in self.hosts:
-                    self.hosts[machine_id].stored_snapshot = status.snapshot
-            for job in seen_jobs:
-                self.dispatcher.watch_result(job)
-            await self.publisher.send(messages)
-            for machine_id, engine_job_id in cancels:
-                self.spawn(self.dispatcher.cancel_orphan(machine_id, engine_job_id))
-        if self.notices:
-            notices, self.notices = self.notices, []
-            await self.publisher.send(notices)
+        await self._push_to_viewers(fresh, changed, now)
+        if written:
+            await self._write_statuses(written)
+        await self._send_notices()
         # After the writes: a page that finds it missed a fragment re-renders from the rows.
         await self.publisher.sync()
         # Off the push's path: the machines read here (and watchers started or stopped) count
@@ -217,6 +177,64 @@ class FleetController:
         await self.run_actions()
         await self.run_benchmarks()
         await self.record_history(now)
+
+    def _resend_after_a_lost_relay(self) -> None:
+        """Whatever was pushed while the relay was down got lost (the viewers, asked again,
+        announce themselves fresh): every row goes out again."""
+        if getattr(self.publisher, "reconnected", False):
+            self.publisher.reconnected = False
+            self.shown.forget()
+            for host in self.hosts.values():
+                host.live.changed = True
+
+    async def _push_to_viewers(self, fresh: set[str], changed: list[int], now: float) -> None:
+        """Render what the watched pages and panels need and send it. Fleet pages: each watched
+        page (its query, from its viewers' announcements) gets its own rows and the totals."""
+        pages = self.viewers.pages()
+        changed_here = set(changed)  # looked up once per machine: a list cost 1,000² a tick
+        panels = {machine_id for machine_id in self.machines
+                  if (machine_id in changed_here
+                      and self.viewers.watched(viewers.machine_group(machine_id)))
+                  or (fresh and viewers.machine_group(machine_id) in fresh
+                      and self._answers_for(machine_id))}
+        if not (pages or panels):
+            return
+        statuses = {**self.others, **{machine_id: host.status for machine_id, host
+                                      in self.hosts.items() if host.status is not None}}
+        messages = await database_sync_to_async(self._render)(
+            pages, fresh, changed_here, panels, statuses, now)
+        if not await self.publisher.send(messages):
+            # Not delivered: forget what each page was sent, so the next tick sends it whole.
+            self.shown.forget()
+            self.page_rows.clear()
+            self.viewers.fresh |= fresh
+            for machine_id in changed:
+                if machine_id in self.hosts:
+                    self.hosts[machine_id].live.changed = True
+
+    async def _write_statuses(self, written: dict[int, MachineStatus]) -> None:
+        """Store the status rows just pushed, push what storing them decided (job progress),
+        follow the jobs seen on engines and cancel the orphans found there."""
+        # Machines whose stored snapshot is already the one they have (a quiet engine's
+        # heartbeat, a connection change): it is not serialised and written again.
+        same_snapshot = {machine_id for machine_id, status in written.items()
+                         if status.snapshot is self.hosts[machine_id].stored_snapshot}
+        connection_changed, self.connection_changed = self.connection_changed, set()
+        messages, cancels, seen_jobs = await database_sync_to_async(self._persist)(
+            list(written.values()), connection_changed, same_snapshot)
+        for machine_id, status in written.items():
+            if machine_id in self.hosts:
+                self.hosts[machine_id].stored_snapshot = status.snapshot
+        for job in seen_jobs:
+            self.dispatcher.watch_result(job)
+        await self.publisher.send(messages)
+        for machine_id, engine_job_id in cancels:
+            self.spawn(self.dispatcher.cancel_orphan(machine_id, engine_job_id))
+
+    async def _send_notices(self) -> None:
+        if self.notices:
+            notices, self.notices = self.notices, []
+            await self.publisher.send(notices)
 
     def _answers_for(self, machine_id: int) -> bool:
         """Whether this controller pushes the machine's row and panel: it watches it, or it is

@@ -200,7 +200,9 @@ async def test_host_goes_live_then_stale_then_offline(engine):
     controller = FleetController(publisher=LayerPublisher(), clock=clock, interval=1.0)
     cookie = await database_sync_to_async(session_cookie)()
     ws = await watched_fleet_page(controller, cookie)
-    assert "badge-offline" in await ws.receive_from(timeout=5)  # never seen yet
+    # Never seen yet, and registered: "not started yet", not an alarm (its data-conn is offline).
+    first = await ws.receive_from(timeout=5)
+    assert "badge-new" in first and 'data-conn="offline"' in first
     controller.session = aiohttp.ClientSession()
     try:
         await controller.sync_machines()
