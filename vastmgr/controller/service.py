@@ -149,7 +149,7 @@ class FleetController:
         """One pass, in the order a reader can follow: what changed, push it, write it, then
         the work that may wait a tick (machines, dispatch, actions, benchmarks, history)."""
         now = self.clock()
-        self._resend_after_a_lost_relay()
+        self._resend_after_a_lost_push_socket()
         fresh = self.viewers.take_fresh()
         # The machines are read at the end of a tick, off the push's path. But a page that has
         # just opened was sent its state from the database: the whole page pushed to it now
@@ -178,8 +178,8 @@ class FleetController:
         await self.run_benchmarks()
         await self.record_history(now)
 
-    def _resend_after_a_lost_relay(self) -> None:
-        """Whatever was pushed while the relay was down got lost (the viewers, asked again,
+    def _resend_after_a_lost_push_socket(self) -> None:
+        """Whatever was pushed while the push socket was down got lost (the viewers, asked again,
         announce themselves fresh): every row goes out again."""
         if getattr(self.publisher, "reconnected", False):
             self.publisher.reconnected = False

@@ -1,4 +1,4 @@
-"""WebSocket consumers: each joins a group, sends the full current state, then relays the
+"""WebSocket consumers: each joins a group, sends the full current state, then forwards the
 controller's `fragment` messages (htmx OOB swaps by element id)."""
 
 import abc
@@ -19,7 +19,7 @@ from django.http.request import split_domain_port, validate_host
 from vastmgr.fleet.models import Machine
 from vastmgr.front import fragments, viewers
 from vastmgr.front.fleet_table import fleet_table
-from vastmgr.front.publish import fragment_event, relay_token, sync_event
+from vastmgr.front.publish import fragment_event, push_token, sync_event
 from vastmgr.front.viewers import (
     ASK_EVENT,
     CONTROLLER_GROUP,
@@ -99,7 +99,7 @@ class NoSuchSocket(AsyncWebsocketConsumer):
 
 
 class FragmentConsumer(AsyncWebsocketConsumer, abc.ABC):
-    """Joins one channel-layer group and relays `fragment` messages."""
+    """Joins one channel-layer group and forwards `fragment` messages."""
 
     group = ""
     # Fleet and host pages are rendered only while someone watches them, so their consumers
@@ -267,9 +267,9 @@ class MachineConsumer(FragmentConsumer):
         return fragments.render_machine_panel(machine, now) + fragments.render_machine_charts(machine, now)
 
 
-class RelayConsumer(AsyncWebsocketConsumer):
+class PushConsumer(AsyncWebsocketConsumer):
     """Where the fleet controller hands in fragment batches when there is no shared Redis
-    (embedded mode): only a holder of the relay token may connect. The same socket carries the
+    (embedded mode): only a holder of the push token may connect. The same socket carries the
     viewers' watch announcements back to the controller."""
 
     joined = False
@@ -277,7 +277,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         headers = dict(self.scope.get("headers") or [])
         offered = headers.get(b"authorization", b"").decode("latin-1")
-        if not hmac.compare_digest(offered, f"Bearer {relay_token()}"):
+        if not hmac.compare_digest(offered, f"Bearer {push_token()}"):
             await refuse(self, CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(CONTROLLER_GROUP, self.channel_name)
@@ -298,7 +298,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
             messages = [(str(group), str(html), int(seq)) for group, html, seq in batch["messages"]]
             syncs = [(str(group), int(seq)) for group, seq in batch.get("syncs", [])]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            log.warning("relay: ignoring a malformed batch")
+            log.warning("push socket: ignoring a malformed batch")
             return
         if batch.get("ask"):
             await self.channel_layer.group_send(VIEWERS_GROUP, ASK_EVENT)

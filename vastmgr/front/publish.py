@@ -2,11 +2,11 @@
 
 With Redis (scale-out) the controller writes to the shared channel layer directly. In the
 embedded mode the channel layer is in-memory and lives inside the daphne process, so the
-controller hands its batches to daphne over a websocket (`/ws/relay/`) that only a holder of
-the relay token (derived from SECRET_KEY, which both processes share) may open.
+controller hands its batches to daphne over a websocket (`/ws/push/`) that only a holder of
+the push token (derived from SECRET_KEY, which both processes share) may open.
 
 The other direction, viewers announcing what they watch (see `viewers`), reaches the
-controller through its own channel on the shared layer, or back over the relay socket. Each
+controller through its own channel on the shared layer, or back over the push socket. Each
 time the controller (re)joins that channel it asks every viewer to announce itself (a page
 whose announcement it missed would otherwise wait for its next renewal).
 
@@ -44,18 +44,18 @@ Numbered = tuple[str, str, int]  # (group, html, the group's sequence number)
 OnWatch = Callable[[dict], None]
 # Channel-layer group membership expires (a day by default); re-join well before that.
 REJOIN_EVERY = 3600.0
-RELAY_RETRY = 1.0
+PUSH_RETRY = 1.0
 # daphne closes a websocket whose message exceeds 1 MiB (its default), so a batch for a large
-# fleet goes as several relay messages below that.
-RELAY_MESSAGE_BYTES = 512 * 1024
+# fleet goes as several push messages below that.
+PUSH_MESSAGE_BYTES = 512 * 1024
 # How often a group's last sequence number is repeated, and for how long after its last
 # fragment: a lost update is noticed within SYNC_EVERY (plus the push latency).
 SYNC_EVERY = 2.0
 SYNC_KEEP = 60.0
 
 
-def relay_token() -> str:
-    return hmac.new(settings.SECRET_KEY.encode(), b"vastmgr fragment relay",
+def push_token() -> str:
+    return hmac.new(settings.SECRET_KEY.encode(), b"vastmgr fragment push",
                     hashlib.sha256).hexdigest()
 
 
@@ -101,9 +101,9 @@ class Sequencer:
         return [(group, self.seqs[group]) for group in self.last_sent]
 
 
-def relay_batches(messages: list[Numbered], source: str, syncs: Sequence[tuple[str, int]] = (),
-                  limit: int = RELAY_MESSAGE_BYTES) -> list[str]:
-    """The relay messages carrying `messages` in order (then `syncs`), each under `limit` bytes
+def push_batches(messages: list[Numbered], source: str, syncs: Sequence[tuple[str, int]] = (),
+                  limit: int = PUSH_MESSAGE_BYTES) -> list[str]:
+    """The push messages carrying `messages` in order (then `syncs`), each under `limit` bytes
     unless one fragment alone is larger (the margin to daphne's limit covers JSON escaping)."""
     batches: list[str] = []
     batch: list[Numbered] = []
@@ -168,18 +168,18 @@ class LayerPublisher:
         return None
 
 
-class RelayPublisher:
-    """Sends batches to a daphne process's relay socket; reconnects on the next batch."""
+class SocketPublisher:
+    """Sends batches to a daphne process's push socket; reconnects on the next batch."""
 
     def __init__(self, dashboard_url: str, session: aiohttp.ClientSession):
         parts = urlsplit(dashboard_url)
         scheme = "wss" if parts.scheme == "https" else "ws"
-        self.url = f"{scheme}://{parts.netloc}/ws/relay/"
+        self.url = f"{scheme}://{parts.netloc}/ws/push/"
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.session = session
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         # Set when a new connection replaced a lost one: the caller then resends full state,
-        # because whatever was pushed while the relay was down never reached a browser.
+        # because whatever was pushed while the push socket was down never reached a browser.
         self.reconnected = False
         self._had_connection = False
         self._connecting = asyncio.Lock()
@@ -189,11 +189,11 @@ class RelayPublisher:
         async with self._connecting:
             if self.ws is None or self.ws.closed:
                 self.ws = await self.session.ws_connect(
-                    self.url, headers={"Authorization": f"Bearer {relay_token()}",
+                    self.url, headers={"Authorization": f"Bearer {push_token()}",
                                        "Origin": self.origin}, heartbeat=20)
                 self.reconnected = self._had_connection
                 self._had_connection = True
-                # Announcements made while no relay socket was open went nowhere.
+                # Announcements made while no push socket was open went nowhere.
                 await self.ws.send_str(json.dumps({"source": self.sequencer.source,
                                                    "messages": [], "ask": True}))
             return self.ws
@@ -201,27 +201,27 @@ class RelayPublisher:
     async def send(self, messages: list[Message]) -> bool:
         if not messages:
             return True
-        return await self._relay(relay_batches(self.sequencer.number(messages),
+        return await self._send_batches(push_batches(self.sequencer.number(messages),
                                                self.sequencer.source))
 
     async def sync(self) -> None:
         due = self.sequencer.due()
         if due:
-            await self._relay(relay_batches([], self.sequencer.source, due))
+            await self._send_batches(push_batches([], self.sequencer.source, due))
 
-    async def _relay(self, batches: list[str]) -> bool:
+    async def _send_batches(self, batches: list[str]) -> bool:
         try:
             ws = await self._connection()
             for batch in batches:
                 await ws.send_str(batch)
             return True
         except (aiohttp.ClientError, OSError) as exc:
-            log.warning("fragment relay to %s failed: %s", self.url, exc)
+            log.warning("fragment push to %s failed: %s", self.url, exc)
             self.ws = None
             return False
 
     async def listen(self, on_watch: OnWatch) -> None:
-        """Read the watch announcements daphne forwards on the relay socket; keep it open."""
+        """Read the watch announcements daphne forwards on the push socket; keep it open."""
         while True:
             try:
                 ws = await self._connection()
@@ -235,8 +235,8 @@ class RelayPublisher:
                     if isinstance(event, dict) and event.get("type") == "watch":
                         on_watch(event)
             except (aiohttp.ClientError, OSError) as exc:
-                log.info("fragment relay to %s is down: %s", self.url, exc)
-            await asyncio.sleep(RELAY_RETRY)
+                log.info("fragment push to %s is down: %s", self.url, exc)
+            await asyncio.sleep(PUSH_RETRY)
 
     async def close(self) -> None:
         if self.ws is not None:

@@ -1,9 +1,9 @@
 """Which pages have viewers right now, so the controller renders only what someone will see.
 
 Fleet and host consumers announce the group they joined to the controller (through the channel
-layer, or through the relay socket in embedded mode) and renew that announcement every
+layer, or through the push socket in embedded mode) and renew that announcement every
 `RENEW_EVERY` seconds; a lease that is not renewed lapses after `LEASE` seconds. Whenever the
-controller may have missed announcements (it just started, or the relay reconnected) it asks
+controller may have missed announcements (it just started, or the push socket reconnected) it asks
 every viewer to announce itself again at once (`ASK_EVENT`, sent to `VIEWERS_GROUP`), so no page
 waits for its next renewal to be served.
 

@@ -34,7 +34,7 @@ from vastmgr.front.publish import (
     SYNC_KEEP,
     LayerPublisher,
     Sequencer,
-    relay_batches,
+    push_batches,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -256,7 +256,7 @@ def test_each_group_is_numbered_and_its_last_number_repeated_for_a_while():
     now[0] += SYNC_KEEP
     sequencer.number([("fleet", "d")])
     assert sequencer.due() == [("fleet", 3)]  # host.1 has been quiet too long to repeat
-    batches = [json.loads(b) for b in relay_batches(numbered, sequencer.source, [("fleet", 3)],
+    batches = [json.loads(b) for b in push_batches(numbered, sequencer.source, [("fleet", 3)],
                                                      limit=40)]
     assert [m for b in batches for m in b["messages"]] == [list(m) for m in numbered]
     assert [b["syncs"] for b in batches] == [[], [], [["fleet", 3]]]
@@ -287,7 +287,7 @@ def test_a_row_is_resent_when_a_shown_value_changed_or_its_refresh_is_due():
     assert shown.row_moved("b", 1, row(7, 1.6, 1, spent=1.036, now=103.6), now=103.6)
     assert not shown.row_moved("a", 1, row(7, 1.6, 1, spent=1.036, now=103.6), now=103.6)
     assert shown.totals_moved("a", "<p>3 live</p>") and not shown.totals_moved("a", "<p>3 live</p>")
-    shown.forget()  # the relay reconnected: what was sent may be lost
+    shown.forget()  # the push socket reconnected: what was sent may be lost
     assert shown.row_moved("a", 1, row(7, 1.6, 1, now=103.7), now=103.7)
     assert shown.totals_moved("a", "<p>3 live</p>")
 

@@ -14,7 +14,7 @@ from vastmgr.asgi import application
 from vastmgr.fleet.models import Machine, MachineStatus
 from vastmgr.front.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, RESYNC_AT_MOST_EVERY
 from vastmgr.front.fleet_table import fleet_table
-from vastmgr.front.publish import LayerPublisher, fragment_event, relay_token
+from vastmgr.front.publish import LayerPublisher, fragment_event, push_token
 from vastmgr.front.viewers import ASK_EVENT, CONTROLLER_GROUP, VIEWERS_GROUP, fleet_page_group
 from vastmgr.proofs.models import ProofJob
 
@@ -92,7 +92,7 @@ async def test_a_page_that_rendered_itself_from_the_database_has_the_controller_
     """The database is written after each push, so a page that re-renders from it (the
     browser asked, or a resync) may show an older row than the controller pushed; it
     announces itself fresh, and so does every page when a controller asks (it just started
-    listening, or its relay reconnected)."""
+    listening, or its push socket reconnected)."""
     machine = await make_machine()
     layer = get_channel_layer()
     controller_channel = await layer.new_channel()
@@ -134,7 +134,7 @@ async def test_fleet_socket_sends_every_host_row_and_totals_on_connect():
     await ws.disconnect()
 
 
-async def test_host_socket_sends_the_engine_panel_then_relays_pushes():
+async def test_host_socket_sends_the_engine_panel_then_forwards_pushes():
     machine = await make_machine()
     cookie = await database_sync_to_async(session_cookie)()
     ws, connected, _ = await connect(f"/ws/machines/{machine.pk}/", cookie)
@@ -168,25 +168,25 @@ async def test_proof_socket_sends_the_proof_panel():
     await ws.disconnect()
 
 
-async def test_relay_needs_the_token_and_forwards_batches_to_groups():
-    assert await close_code("/ws/relay/", None) == CLOSE_FORBIDDEN
+async def test_the_push_socket_needs_the_token_and_forwards_batches_to_groups():
+    assert await close_code("/ws/push/", None) == CLOSE_FORBIDDEN
     cookie = await database_sync_to_async(session_cookie)()
     viewer, connected, _ = await connect("/ws/fleet/", cookie)
     await viewer.receive_from(timeout=5)
-    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+    push = WebsocketCommunicator(application, "/ws/push/", headers=[
         (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
-        (b"authorization", f"Bearer {relay_token()}".encode())])
-    connected, _ = await relay.connect()
+        (b"authorization", f"Bearer {push_token()}".encode())])
+    connected, _ = await push.connect()
     assert connected
     row = '<tr id="host-1-row"></tr>'
 
-    async def relay_batch(messages, syncs=()):
-        await relay.send_to(text_data=json.dumps(
+    async def push_batch(messages, syncs=()):
+        await push.send_to(text_data=json.dumps(
             {"source": "c1", "messages": messages, "syncs": list(syncs)}))
 
-    await relay_batch([["fleet", row, 1]])
+    await push_batch([["fleet", row, 1]])
     assert await viewer.receive_from(timeout=2) == row
-    await relay.disconnect()
+    await push.disconnect()
     await viewer.disconnect()
 
 
@@ -196,58 +196,58 @@ async def test_a_viewer_that_missed_a_fragment_gets_the_whole_page_again():
     cookie = await database_sync_to_async(session_cookie)()
     viewer, _, _ = await connect("/ws/fleet/", cookie)
     assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
-    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+    push = WebsocketCommunicator(application, "/ws/push/", headers=[
         (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
-        (b"authorization", f"Bearer {relay_token()}".encode())])
-    assert (await relay.connect())[0]
+        (b"authorization", f"Bearer {push_token()}".encode())])
+    assert (await push.connect())[0]
 
-    async def relay_batch(messages, syncs=()):
-        await relay.send_to(text_data=json.dumps(
+    async def push_batch(messages, syncs=()):
+        await push.send_to(text_data=json.dumps(
             {"source": "c1", "messages": messages, "syncs": list(syncs)}))
 
-    await relay_batch([["fleet", "<p>1</p>", 1], ["fleet", "<p>2</p>", 2]])
+    await push_batch([["fleet", "<p>1</p>", 1], ["fleet", "<p>2</p>", 2]])
     assert [await viewer.receive_from(timeout=2) for _ in range(2)] == ["<p>1</p>", "<p>2</p>"]
-    await relay_batch([], syncs=[["fleet", 2]])  # nothing missed: nothing resent
-    await relay_batch([["fleet", "<p>4</p>", 4]])  # 3 never arrived
+    await push_batch([], syncs=[["fleet", 2]])  # nothing missed: nothing resent
+    await push_batch([["fleet", "<p>4</p>", 4]])  # 3 never arrived
     assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
     assert await viewer.receive_from(timeout=2) == "<p>4</p>"
     await asyncio.sleep(RESYNC_AT_MOST_EVERY)
-    await relay_batch([], syncs=[["fleet", 5]])  # the last fragment, 5, never arrived
+    await push_batch([], syncs=[["fleet", 5]])  # the last fragment, 5, never arrived
     assert 'id="fleet-rows"' in await viewer.receive_from(timeout=5)
     assert await viewer.receive_nothing(timeout=0.3)
-    await relay.disconnect()
+    await push.disconnect()
     await viewer.disconnect()
 
 
 async def test_fleet_and_host_viewers_announce_what_they_watch_over_the_relay():
     """Embedded mode: the controller renders a page only while someone watches it, and learns
-    who does from the announcements daphne forwards on the relay socket. A fleet page names
+    who does from the announcements daphne forwards on the push socket. A fleet page names
     its page's group and query."""
     machine = await make_machine()
     first_page = fleet_page_group(await database_sync_to_async(lambda: fleet_table(b"").page_key())())
-    relay = WebsocketCommunicator(application, "/ws/relay/", headers=[
+    push = WebsocketCommunicator(application, "/ws/push/", headers=[
         (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"),
-        (b"authorization", f"Bearer {relay_token()}".encode())])
-    assert (await relay.connect())[0]
+        (b"authorization", f"Bearer {push_token()}".encode())])
+    assert (await push.connect())[0]
     cookie = await database_sync_to_async(session_cookie)()
     for path, group, query in (("/ws/fleet/", first_page, "state=&q=&sort=&page=1"),
                               (f"/ws/machines/{machine.pk}/", f"host.{machine.pk}", None)):
         viewer, connected, _ = await connect(path, cookie)
         assert connected
-        joined = await relay.receive_json_from(timeout=5)
+        joined = await push.receive_json_from(timeout=5)
         assert joined["type"] == "watch" and joined["group"] == group and joined["watching"]
         assert joined.get("query") == query
         await viewer.receive_from(timeout=5)
         await viewer.disconnect()
-        left = await relay.receive_json_from(timeout=5)
+        left = await push.receive_json_from(timeout=5)
         assert (left["group"], left["channel"], left["watching"]) == (group, joined["channel"],
                                                                       False)
     job = await database_sync_to_async(ProofJob.objects.create)(kind="winning-post", seed=3)
     viewer, connected, _ = await connect(f"/ws/proofs/{job.pk}/", cookie)
     await viewer.receive_from(timeout=5)
-    assert await relay.receive_nothing(timeout=0.3)  # proof pages are always pushed
+    assert await push.receive_nothing(timeout=0.3)  # proof pages are always pushed
     await viewer.disconnect()
-    await relay.disconnect()
+    await push.disconnect()
 
 
 async def test_fragments_a_full_queue_dropped_are_caught_up_by_the_next_sync(settings):

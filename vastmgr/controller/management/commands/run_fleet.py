@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from vastmgr.controller.service import FleetController, engine_session
 from vastmgr.controller.upstream import poll_interval
 from vastmgr.fleet.leases import Leases
-from vastmgr.front.publish import LayerPublisher, RelayPublisher
+from vastmgr.front.publish import LayerPublisher, SocketPublisher
 from vastmgr.lib.errors import SettingsError
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--dashboard-url",
                             default=os.environ.get("VASTMGR_DASHBOARD_URL", "http://127.0.0.1:8000"),
-                            help="daphne to relay fragments to when there is no Redis "
+                            help="daphne to push fragments to (its push socket) when there is no Redis "
                                  "(default: $VASTMGR_DASHBOARD_URL or http://127.0.0.1:8000)")
         parser.add_argument("--tick", type=float, default=0.5,
                             help="seconds between pushes; updates within a tick are coalesced")
@@ -73,13 +73,13 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         session = engine_session()
-        publisher: LayerPublisher | RelayPublisher
+        publisher: LayerPublisher | SocketPublisher
         if uses_shared_layer():
             publisher = LayerPublisher()
             where = "the shared channel layer"
         else:
-            publisher = RelayPublisher(dashboard_url, session)
-            where = f"the dashboard at {dashboard_url} (relay)"
+            publisher = SocketPublisher(dashboard_url, session)
+            where = f"the dashboard at {dashboard_url} (push socket)"
         leases = Leases(lease) if uses_leases() else None
         controller = FleetController(publisher=publisher, tick=tick, interval=interval, grace=grace,
                                      leases=leases)
