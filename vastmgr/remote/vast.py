@@ -57,6 +57,11 @@ LABEL_PREFIX = "vastmgr-"
 RENT_LOOKUP_GRACE = timedelta(minutes=5)
 # Vast's actual_status values on the way up; any other value than "running" means down.
 STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
+# Vast's offer types (`search offers -t`): "bid" is interruptible, priced at the minimum bid.
+ON_DEMAND, INTERRUPTIBLE, RESERVED = "on-demand", "bid", "reserved"
+OFFER_TYPES = (ON_DEMAND, INTERRUPTIBLE, RESERVED)
+# The bid bounds of Vast's API ($/h): create takes up to 128, change bid up to 32.
+MIN_BID, MAX_BID = 0.001, 32.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,11 @@ class OfferFilter:
     # (column, operator, value) in Vast's own terms, e.g. from vast-manager's filter string;
     # they come last, so they override the defaults above.
     conditions: tuple[tuple[str, str, Any], ...] = ()
+    offer_type: str = ON_DEMAND
+
+    def __post_init__(self) -> None:
+        if self.offer_type not in OFFER_TYPES:
+            raise ValueError(f"unknown offer type {self.offer_type!r}: one of {OFFER_TYPES}")
 
     def query(self) -> dict[str, Any]:
         """The search body, as the official client builds it (units, names, defaults)."""
@@ -174,7 +184,7 @@ class OfferFilter:
             q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
         for column, operator, value in self.conditions:
             q.setdefault(column, {})[operator] = value
-        return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
+        return {**q, "order": [list(o) for o in self.order], "type": self.offer_type,
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
 
@@ -306,17 +316,23 @@ class VastClient:
             raise VastError("Vast's search answer holds no list of offers")
         return offers
 
-    async def offer(self, offer_id: int, *, disk_gb: float = DEFAULT_DISK_GB) -> dict | None:
-        """One offer by id (any rank in the market), priced with `disk_gb` of storage."""
+    async def offer(self, offer_id: int, *, disk_gb: float = DEFAULT_DISK_GB,
+                    offer_type: str = ON_DEMAND) -> dict | None:
+        """One offer by id (any rank in the market), priced with `disk_gb` of storage as
+        `offer_type` (a bid search gives its minimum bid)."""
         found = await self.search_offers(OfferFilter(offer_id=offer_id, disk_gb=disk_gb,
-                                                     limit=1))
+                                                     limit=1, offer_type=offer_type))
         return next((o for o in found if o.get("id") == offer_id), None)
 
     async def create_instance(self, offer_id: int, *, image: str, disk_gb: float, label: str,
                               onstart: str = DEFAULT_ONSTART, env: dict | None = None,
-                              machine=None) -> int:
+                              bid_price: float | None = None, machine=None) -> int:
+        """Accept an offer; with `bid_price` ($/h) the instance is interruptible. An
+        interruptible instance whose bid is below the machine's minimum is created stopped."""
         body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label,
                 "onstart": onstart, "runtype": "ssh_direc ssh_proxy", "env": env or {}}
+        if bid_price is not None:
+            body["price"] = round(_checked_bid(bid_price), 4)
         payload = await self.call("PUT", f"/api/v0/asks/{int(offer_id)}/", body=body,
                                   machine=machine, idempotent=False)
         if not isinstance(payload, dict) or not payload.get("success") or \
@@ -324,6 +340,32 @@ class VastClient:
             raise VastOutcomeUnknown(
                 f"Vast's create answer names no instance: {_Reply(payload=payload).describe()}")
         return payload["new_contract"]
+
+    async def change_bid(self, instance_id: int, price: float, *, machine=None) -> None:
+        """An interruptible instance's new bid ($/h); above the machine's minimum, an
+        outbid instance runs again."""
+        await self.call("PUT", f"/api/v0/instances/bid_price/{int(instance_id)}/",
+                        body={"client_id": "me", "price": round(_checked_bid(price), 4)},
+                        machine=machine)
+
+    async def account_ssh_keys(self) -> list[dict]:
+        """The account's SSH keys ({id, key, ...}); Vast adds them to every new instance."""
+        payload = await self.call("GET", "/api/v0/ssh/")
+        if not isinstance(payload, list) or not all(
+                isinstance(k, dict) and isinstance(k.get("id"), int) for k in payload):
+            raise VastError("Vast's SSH key list holds no list of keys with ids")
+        return payload
+
+    async def add_account_ssh_key(self, public_key: str) -> int:
+        """Register a public key on the account (before creating instances); its key id."""
+        payload = await self.call("POST", "/api/v0/ssh/", body={"ssh_key": public_key})
+        key = payload.get("key") if isinstance(payload, dict) else None
+        if not isinstance(key, dict) or not isinstance(key.get("id"), int):
+            raise VastError("Vast's answer to an SSH key create names no key id")
+        return key["id"]
+
+    async def delete_account_ssh_key(self, key_id: int) -> None:
+        await self.call("DELETE", f"/api/v0/ssh/{int(key_id)}/")
 
     async def attach_ssh_key(self, instance_id: int, public_key: str, *, machine=None) -> None:
         await self.call("POST", f"/api/v0/instances/{int(instance_id)}/ssh/",
@@ -363,6 +405,12 @@ class VastClient:
     async def destroy_instance(self, instance_id: int, *, machine=None) -> None:
         await self.call("DELETE", f"/api/v0/instances/{int(instance_id)}/", body={},
                         machine=machine)
+
+
+def _checked_bid(price: float) -> float:
+    if not MIN_BID <= price <= MAX_BID:
+        raise VastError(f"a bid must be between ${MIN_BID} and ${MAX_BID:g}/h, not ${price}/h")
+    return price
 
 
 def ssh_endpoint(instance: dict) -> tuple[str, int] | None:
