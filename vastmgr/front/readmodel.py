@@ -21,7 +21,7 @@ from typing import ClassVar
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from vastmgr.fleet.liveness import LIVE, OFFLINE, connection_state
+from vastmgr.fleet.liveness import LIVE, OFFLINE, OUTBID, connection_state
 from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
     PartialMemory,
@@ -120,9 +120,14 @@ class MachineView:
     @cached_property
     def connection(self) -> str:
         if self.status is None or not self.machine.enabled:
-            return OFFLINE
-        return connection_state(self.status.connected, self.last_seen_ts, self.status.interval,
-                                self.now)
+            state = OFFLINE
+        else:
+            state = connection_state(self.status.connected, self.last_seen_ts,
+                                     self.status.interval, self.now)
+        if state != LIVE and self.billing is not None and \
+                self.billing.vast_status == OUTBID:
+            return OUTBID  # not lost: Vast stopped it for a higher bid
+        return state
 
     @property
     def seen_ago(self) -> int | None:

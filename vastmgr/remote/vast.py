@@ -530,6 +530,7 @@ class RentRequest:
     disk_gb: int = DEFAULT_DISK_GB
     min_bench_rate: int | None = None  # None: the configured minimum
     deployment: Deployment = Deployment()
+    bid_price: float | None = None  # $/h: an interruptible rental at this bid
 
     @classmethod
     def from_offer(cls, offer: dict, **overrides) -> "RentRequest":
@@ -558,7 +559,8 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
         instance_id = await client.create_instance(
             request.offer_id, image=deployment.image, disk_gb=request.disk_gb, label=label,
             onstart=deployment.onstart or DEFAULT_ONSTART,
-            env=deployment.instance_env(callhome, request.min_bench_rate), machine=machine)
+            env=deployment.instance_env(callhome, request.min_bench_rate),
+            bid_price=request.bid_price, machine=machine)
     except VastOutcomeUnknown as exc:
         instance_id = await _find_created(client, machine, label, exc)
     except VastError as exc:
@@ -588,6 +590,8 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
                                            min_bench_rate=request.min_bench_rate)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
         what = f" (image {request.deployment.image})" if request.deployment.upstream else ""
+        if request.bid_price is not None:
+            what += f", interruptible at a bid of ${request.bid_price:.4f}/h"
         Event.record("vast", f"renting offer {request.offer_id} as {label}{what}",
                      machine=machine, data={"offer_id": request.offer_id, "label": label,
                                             "flavour": request.deployment.flavour})
@@ -681,9 +685,23 @@ def _apply_instance(machine: Machine, instance: dict) -> None:
 def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
     """Record `actual_status`; an instance that went down marks its machine and alerts once."""
     remote = RemoteMachine.for_machine(machine)
-    status = instance.get("actual_status") or ""
-    down = status != "running" and status not in STARTING_STATUSES
+    status = "outbid" if is_outbid(instance) else instance.get("actual_status") or ""
+    down = status not in ("running", "outbid") and status not in STARTING_STATUSES
     found = []
+    if status != remote.vast_status:
+        # Polling saw it first (a webhook that told us already left the status as it is).
+        remote.vast_status_signal = RemoteMachine.SIGNAL_POLLING
+        remote.vast_status_at = now
+        if status == "outbid":
+            message = (f"{machine.name}: outbid — Vast stopped interruptible instance "
+                       f"{machine.vast_instance_id} for a higher bid"
+                       f"{': ' + instance['status_msg'] if instance.get('status_msg') else ''}")
+            Event.record("vast", message, machine=machine, level=Event.Level.WARNING,
+                         data={"actual_status": instance.get("actual_status"),
+                               "min_bid": instance.get("min_bid"),
+                               "signal": RemoteMachine.SIGNAL_POLLING})
+            found.append(alerts.Alert("instance_outbid", message, machine.pk,
+                                      {"min_bid": instance.get("min_bid")}))
     if down and remote.vast_down_since is None:
         detail = f": {instance['status_msg']}" if instance.get("status_msg") else ""
         remote.vast_down_since = now
@@ -698,8 +716,16 @@ def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alert
         Event.record("vast", f"{machine.name}: Vast instance {machine.vast_instance_id} is "
                              f"{status or 'starting'} again", machine=machine)
     remote.vast_status = status
-    remote.save(update_fields=["vast_status", "vast_down_since", "last_error"])
+    remote.save(update_fields=["vast_status", "vast_down_since", "last_error",
+                               "vast_status_signal", "vast_status_at"])
     return found
+
+
+def is_outbid(instance: dict) -> bool:
+    """An interruptible instance Vast stopped for a higher bid: stopped, though its renter
+    still wants it running (a stop we asked for has intended_status "stopped")."""
+    return bool(instance.get("is_bid")) and instance.get("actual_status") == "stopped" and \
+        instance.get("intended_status", "running") == "running"
 
 
 @dataclass
