@@ -33,6 +33,8 @@ from django.utils import timezone
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
+from vastmgr.proofs import jobs
+from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import alerts
 from vastmgr.remote.config import RemoteSettings, parse_env
 from vastmgr.remote.models import (
@@ -702,6 +704,7 @@ def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alert
                                "signal": RemoteMachine.SIGNAL_POLLING})
             found.append(alerts.Alert("instance_outbid", message, machine.pk,
                                       {"min_bid": instance.get("min_bid")}))
+            requeue_outbid(machine, RemoteMachine.SIGNAL_POLLING)
     if down and remote.vast_down_since is None:
         detail = f": {instance['status_msg']}" if instance.get("status_msg") else ""
         remote.vast_down_since = now
@@ -719,6 +722,16 @@ def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alert
     remote.save(update_fields=["vast_status", "vast_down_since", "last_error",
                                "vast_status_signal", "vast_status_at"])
     return found
+
+
+def requeue_outbid(machine: Machine, signal: str) -> int:
+    """An outbid machine's jobs in flight go back to the queue at once, not after the offline
+    grace: its engine is stopped, and another machine can prove them (the engine's request-id
+    idempotency makes a late result from this one harmless). How many went back."""
+    reason = f"outbid on Vast (told by {signal})"
+    return sum(1 for job_id in ProofJob.objects.in_flight().filter(machine=machine)
+               .values_list("pk", flat=True)
+               if jobs.requeue(job_id, machine.pk, reason) is not None)
 
 
 def is_outbid(instance: dict) -> bool:

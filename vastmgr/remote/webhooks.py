@@ -34,6 +34,7 @@ from django.views.decorators.http import require_POST
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.models import RemoteMachine, VastNotification
+from vastmgr.remote.vast import requeue_outbid
 
 MAX_SKEW_S = 300  # Vast's guide: "Reject old requests to reduce replay risk" (300 s)
 MAX_BODY_BYTES = 64 * 1024
@@ -205,3 +206,5 @@ def _record_status(machine: Machine, meaning: InstanceEvent, text: str) -> None:
                                  f"{meaning.status}: {text}")[:1000]
             fields += ["vast_down_since", "last_error"]
         remote.save(update_fields=fields)
+    if meaning.status == "outbid":
+        requeue_outbid(machine, WEBHOOK)

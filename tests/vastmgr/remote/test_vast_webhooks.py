@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from vastmgr.fleet.models import Event, Machine
+from vastmgr.proofs.models import ProofJob
 from vastmgr.remote.config import RemoteSettings
 from vastmgr.remote.models import RemoteMachine, VastNotification
 from vastmgr.remote.vast import _apply_status
@@ -62,9 +63,13 @@ def test_the_route_is_the_one_the_docs_name():
 @override_settings(VASTMGR_REMOTE=REMOTE)
 def test_a_signed_outbid_marks_the_machine_at_once_and_the_page_says_the_webhook_told_it(
         client, admin_client, machine):
+    job = ProofJob.objects.create(kind="porep-c2", seed=1, machine=machine,
+                                  status=ProofJob.Status.RUNNING)
     answer = deliver(client, event("outbid", instance_id=18_000_001,
                                    message="Your interruptible instance was outbid"))
     assert answer.status_code == 204
+    job.refresh_from_db()  # back in the queue at once, for another machine
+    assert (job.status, job.machine_id) == (ProofJob.Status.QUEUED, None)
     remote = RemoteMachine.objects.get(machine=machine)
     assert (remote.vast_status, remote.vast_status_signal) == ("outbid",
                                                                RemoteMachine.SIGNAL_WEBHOOK)
@@ -143,7 +148,11 @@ def test_polling_sees_an_outbid_instance_when_no_webhook_did(machine):
     higher bid (as the strict fake lists it) marks the machine outbid, told by polling."""
     listed = {"id": 18_000_001, "actual_status": "stopped", "intended_status": "running",
               "is_bid": True, "min_bid": 0.2, "status_msg": "outbid"}
+    job = ProofJob.objects.create(kind="snap-update", seed=2, machine=machine,
+                                  status=ProofJob.Status.DISPATCHED)
     found = _apply_status(machine, listed, timezone.now())
+    job.refresh_from_db()
+    assert job.status == ProofJob.Status.QUEUED
     remote = RemoteMachine.objects.get(machine=machine)
     assert (remote.vast_status, remote.vast_status_signal) == ("outbid",
                                                                RemoteMachine.SIGNAL_POLLING)
