@@ -29,7 +29,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, PRIORITY_RANK
 from devtools.fake_vast import FakeVast
@@ -69,6 +69,14 @@ ARRIVAL_WINDOW_S = 15 * 60.0
 # rest is install, parameters and the benchmark.
 BOOT_SHARE = (0.15, 0.4)
 API_KEY = "simulated-day-vast-key-0123456789"
+# A machine's minimum bid as a share of its on-demand price (Vast's interruptible discount).
+BID_SHARE = (0.3, 0.55)
+# An interruptible host that gets its GPU back restarts its engine (parameters are on disk).
+RESTART_S = 60.0
+# The outbid rate the planner assumes before it has seen any: 0.1 per hour over 10 hours.
+PRIOR_PREEMPTIONS, PRIOR_BID_HOURS = 1.0, 10.0
+# Kinds the dispatcher keeps off interruptible hosts (the planner counts bids for them never).
+TRUSTED_ONLY = planner.TRUSTED_ONLY_KINDS
 
 
 def rates_from(porep_per_h: float) -> dict[str, float]:
@@ -98,6 +106,7 @@ class Machine:
     true_rate: float  # porep-c2 proofs/h
     never_boots: bool
     pipeline_s: float
+    min_bid: float = 0.0  # its minimum bid ($/h) for an interruptible rental
 
     @property
     def boot_s(self) -> tuple[float, float] | None:
@@ -147,6 +156,10 @@ def make_world(seed: int = 7, *, offers: int = 60) -> World:
         machines.append(Machine(offer, rate * count * rng.uniform(0.75, 1.15),
                                 never_boots=rng.random() < 0.08,
                                 pipeline_s=rng.lognormvariate(math.log(8 * 60), 0.35)))
+    # Minimum bids from their own draws, so the on-demand world is the same as before bids.
+    bids = random.Random(f"bids-{seed}")
+    machines = [replace(m, min_bid=round(m.offer.price_per_hour * bids.uniform(*BID_SHARE), 4))
+                for m in machines]
     return World(jobs, tuple(machines))
 
 
@@ -163,10 +176,26 @@ class SimMachine:
     jobs: list[list] = field(default_factory=list)  # [job, partitions left]
     busy_until: float | None = None
     idle_since: float = 0.0
+    price: float = 0.0  # $/h now: the offer's on demand, the bid when interruptible
+    bid: float | None = None  # interruptible: the bid placed
+    outbid_since: float | None = None  # stopped by a higher bid since
+    competitor_bid: float | None = None
+    restarting: bool = False  # got its GPU back, its engine not up yet
+    generation: int = 0  # bumped when a preemption cancels the events scheduled before it
+    spent: float = 0.0  # dollars billed up to bill_from
+    bill_from: float = 0.0
 
     @property
     def proving(self) -> bool:
-        return self.ready_at is not None and self.ended_at is None
+        return (self.ready_at is not None and self.ended_at is None and
+                self.outbid_since is None and not self.restarting)
+
+    def bill(self, now: float) -> None:
+        """Add what it cost since bill_from (an outbid host bills no GPU; storage is free
+        in this world)."""
+        if self.outbid_since is None and self.ended_at is None:
+            self.spent += self.price * (now - self.bill_from) / 3600
+        self.bill_from = now
 
 
 @dataclass
@@ -182,6 +211,10 @@ class Result:
     max_rents_in_an_hour: int
     decisions: list[tuple[float, Decision]]
     vast_calls: list[vast.VastCall]
+    preemptions: int = 0
+    requeued: int = 0
+    interruptible_rents: int = 0
+    duplicates: int = 0  # proofs finished twice (must stay 0)
 
     def to_json(self) -> dict:
         return {"policy": self.name, "dollars": round(self.dollars, 2),
@@ -193,6 +226,9 @@ class Result:
                 "peak_dollars_per_hour": round(self.peak_dollars_per_hour, 3),
                 "max_rents_in_an_hour": self.max_rents_in_an_hour,
                 "actions": sum(1 for _, d in self.decisions if d.action != Action.KEEP),
+                "preemptions": self.preemptions, "jobs_requeued": self.requeued,
+                "interruptible_rents": self.interruptible_rents,
+                "duplicate_proofs": self.duplicates,
                 "vast_calls": len(self.vast_calls),
                 "vast_calls_failed": sum(1 for c in self.vast_calls
                                          if c.status is None or c.status >= 400)}
@@ -226,6 +262,9 @@ class Simulation:
         self.last_change: float | None = None
         self.arrived: list[Job] = []
         self.decisions: list[tuple[float, Decision]] = []
+        self.preemptions: list[float] = []
+        self.requeued = 0
+        self.duplicates = 0
 
     # ------------------------------------------------------------------ the world's events
 
@@ -249,32 +288,80 @@ class Simulation:
                 self.arrived.append(payload)
                 bisect.insort(self.queue, (payload.rank, payload.at, payload.id, payload))
                 self._dispatch()
-            elif what == "ready":
-                await self._ready(self.hosts[payload])  # type: ignore[index]
-            elif what == "partition":
-                self._partition_done(self.hosts[payload])  # type: ignore[index]
+            elif what in ("ready", "restarted", "partition"):
+                assert isinstance(payload, tuple)
+                host = self.hosts[payload[0]]
+                if payload[1] != host.generation:
+                    continue  # scheduled before a preemption stopped the host
+                if what == "ready":
+                    await self._ready(host)
+                elif what == "restarted":
+                    host.restarting = False
+                    host.idle_since = self.now
+                    self._dispatch()
+                else:
+                    self._partition_done(host)
             elif what == "tick":
                 await self._watch_instances()
                 for decision in policy(await self.snapshot()):
                     await self.apply(decision)
                 live = [h for h in self.hosts.values() if h.ended_at is None]
-                samples.append((len(live), sum(h.machine.offer.price_per_hour for h in live)))
+                samples.append((len(live), sum(h.price for h in live
+                                               if h.outbid_since is None)))
         for host in self.hosts.values():  # the day is over: stop every bill
             if host.ended_at is None:
+                host.bill(self.now)
                 host.ended_at = self.now
         return self._result(name, samples)
 
     async def _watch_instances(self) -> None:
-        """As the automation's reconcile: which rented instances Vast reports running now."""
-        starting = {h.instance_id: h for h in self.hosts.values()
-                    if h.ended_at is None and not h.booted}
-        if not starting:
+        """As the automation's reconcile: which rented instances Vast reports running now,
+        and which interruptible ones it stopped for a higher bid (or gave back)."""
+        watched = {h.instance_id: h for h in self.hosts.values() if h.ended_at is None
+                   and (not h.booted or h.bid is not None)}
+        if not watched:
             return
         for row in await self.client.list_instances():
-            host = starting.get(row["id"])
-            if host is not None and row.get("actual_status") == "running":
+            host = watched.get(row["id"])
+            if host is None:
+                continue
+            status = row.get("actual_status")
+            if host.bid is not None and status == "stopped" and host.outbid_since is None:
+                self._preempt(host, row)
+            elif status == "running" and host.outbid_since is not None:
+                self._resumed(host)
+            if status == "running" and not host.booted:
                 host.booted = True
-                self._at(self.now + host.machine.provisioning_s, "ready", host.id)
+                self._at(self.now + host.machine.provisioning_s, "ready",
+                         (host.id, host.generation))
+
+    def _preempt(self, host: SimMachine, row: dict) -> None:
+        """Outbid: the host stops; its jobs go back to the queue whole (a partition's
+        progress lives in the stopped container), once each."""
+        host.bill(self.now)
+        host.outbid_since = self.now
+        host.competitor_bid = float(row.get("min_bid") or 0) or None
+        host.generation += 1
+        host.busy_until = None
+        for job, _ in host.jobs:
+            bisect.insort(self.queue, (job.rank, job.at, job.id, job))
+            self.requeued += 1
+        host.jobs = []
+        self.preemptions.append(self.now)
+        self._dispatch()
+
+    def _resumed(self, host: SimMachine) -> None:
+        """The GPU is back (a raised bid, or the competitor left): the engine restarts; a
+        host stopped on its way up goes on with its provisioning."""
+        host.outbid_since = None
+        host.competitor_bid = None
+        host.bill_from = self.now
+        if host.ready_at is not None:
+            host.restarting = True
+            self._at(self.now + RESTART_S, "restarted", (host.id, host.generation))
+        elif host.booted:
+            self._at(self.now + host.machine.provisioning_s, "ready",
+                     (host.id, host.generation))
 
     async def _ready(self, host: SimMachine) -> None:
         if host.ended_at is not None:
@@ -292,22 +379,29 @@ class Simulation:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """The product's own dispatch policy (`placement.place`) over the hosts proving."""
+        """The product's own dispatch policy (`placement.place`) over the hosts proving:
+        PoSt first over the hosts Vast cannot take away, then the rest over all."""
         proving = {h.id: h for h in self.hosts.values() if h.proving and not h.draining}
         if not self.queue or not proving:
             return
-        placements = placement.place(
-            (placement.Waiting(entry, DEFAULT_PRIORITIES[entry[3].kind]) for entry in self.queue),
-            [placement.Engine(h.id, WORKERS, len(h.jobs)) for h in proving.values()])
-        if not placements:
-            return
-        placed = {p.job for p in placements}
-        self.queue = [entry for entry in self.queue if entry not in placed]
-        for p in placements:
-            host = proving[p.engine]
-            job = p.job[3]
-            host.jobs.append([job, PARTITIONS[job.kind]])
-            self._start_next(host)
+        trusted = {i: h for i, h in proving.items() if h.bid is None}
+        for kinds, engines in ((TRUSTED_ONLY, trusted), (None, proving)):
+            waiting = [e for e in self.queue if kinds is None or e[3].kind in kinds]
+            if kinds is None:
+                waiting = [e for e in waiting if e[3].kind not in TRUSTED_ONLY]
+            if not waiting or not engines:
+                continue
+            placements = placement.place(
+                (placement.Waiting(entry, DEFAULT_PRIORITIES[entry[3].kind])
+                 for entry in waiting),
+                [placement.Engine(h.id, WORKERS, len(h.jobs)) for h in engines.values()])
+            placed = {p.job for p in placements}
+            self.queue = [entry for entry in self.queue if entry not in placed]
+            for p in placements:
+                host = engines[p.engine]
+                job = p.job[3]
+                host.jobs.append([job, PARTITIONS[job.kind]])
+                self._start_next(host)
 
     def _start_next(self, host: SimMachine) -> None:
         if host.busy_until is not None or not host.jobs:
@@ -316,7 +410,7 @@ class Simulation:
         job = host.jobs[0][0]
         hours = WORK[job.kind] / host.machine.true_rate / PARTITIONS[job.kind]
         host.busy_until = self.now + hours * 3600
-        self._at(host.busy_until, "partition", host.id)
+        self._at(host.busy_until, "partition", (host.id, host.generation))
 
     def _partition_done(self, host: SimMachine) -> None:
         host.busy_until = None
@@ -324,6 +418,8 @@ class Simulation:
         entry[1] -= 1
         if entry[1] == 0:
             host.jobs.pop(0)
+            if entry[0].id in self.done:
+                self.duplicates += 1
             self.done[entry[0].id] = self.now
             if not host.jobs:
                 host.idle_since = self.now
@@ -332,6 +428,7 @@ class Simulation:
 
     async def _destroy(self, host: SimMachine) -> None:
         await self.client.destroy_instance(host.instance_id)
+        host.bill(self.now)
         host.ended_at = self.now
 
     # ------------------------------------------------------------------ what a policy sees
@@ -361,23 +458,39 @@ class Simulation:
         for host in self.hosts.values():
             if host.ended_at is not None:
                 continue
-            phase = (MachinePhase.STARTING if host.ready_at is None else
+            phase = (MachinePhase.OUTBID if host.outbid_since is not None else
+                     MachinePhase.STARTING if host.ready_at is None or host.restarting else
                      MachinePhase.DRAINING if host.draining else MachinePhase.PROVING)
             estimate = self.offer_rates(host.machine.offer)
             rates = (rates_from(host.machine.true_rate) if host.ready_at is not None
                      else estimate.rates if estimate else {})
             hosts.append(Host(host.id, f"host-{host.id}", phase,
-                              host.machine.offer.price_per_hour, rates, len(host.jobs),
-                              self.now - host.rented_at,
+                              0.0 if host.outbid_since is not None else host.price, rates,
+                              len(host.jobs), self.now - host.rented_at,
                               0.0 if host.jobs else self.now - host.idle_since,
-                              provider_machine_id=host.machine.offer.provider_machine_id))
+                              provider_machine_id=host.machine.offer.provider_machine_id,
+                              interruptible=host.bid is not None,
+                              on_demand_price=host.machine.offer.price_per_hour, bid=host.bid,
+                              competitor_bid=host.competitor_bid,
+                              outbid_s=(self.now - host.outbid_since
+                                        if host.outbid_since is not None else 0.0)))
         raw = await self.client.search_offers(vast.OfferFilter(limit=OFFERS_SEARCHED))
-        offers = tuple(o for o in (self.offer_rates(bare) for bare in
-                                   filter(None, map(planner.offer_from_vast, raw)))
-                       if o is not None)
+        on_demand = {o["id"]: o["dph_total"] for o in raw}
+        if self.limits.interruptible:  # the pilot's second search: the same market as bids
+            raw += await self.client.search_offers(vast.OfferFilter(
+                limit=OFFERS_SEARCHED, offer_type=vast.INTERRUPTIBLE))
+        offers = tuple(o for o in (self.offer_rates(bare) for bare in filter(None, (
+            planner.offer_from_vast(r, on_demand.get(r["id"])) for r in raw))) if o is not None)
         return Snapshot(self.now, tuple(work), tuple(hosts), offers, self.limits,
                         self.pipeline_s(), frozenset(self.bad),
-                        sum(1 for t in self.rents if t > self.now - 3600), self.last_change)
+                        sum(1 for t in self.rents if t > self.now - 3600), self.last_change,
+                        self.preemptions_per_h())
+
+    def preemptions_per_h(self) -> float:
+        """Outbids seen per hour of interruptible rent so far, from a prior of 0.1/h."""
+        hours = sum(((h.ended_at if h.ended_at is not None else self.now) - h.rented_at)
+                    for h in self.hosts.values() if h.bid is not None) / 3600
+        return (len(self.preemptions) + PRIOR_PREEMPTIONS) / (hours + PRIOR_BID_HOURS)
 
     # ------------------------------------------------------------------ carrying out
 
@@ -392,7 +505,15 @@ class Simulation:
             return
         assert decision.machine_id is not None
         host = self.hosts[decision.machine_id]
-        if decision.action == Action.DRAIN:
+        if decision.action == Action.BID:
+            assert decision.bid is not None
+            try:
+                await self.client.change_bid(host.instance_id, decision.bid)
+            except VastError:
+                return
+            host.bill(self.now)
+            host.bid = host.price = decision.bid
+        elif decision.action == Action.DRAIN:
             host.draining = True
         elif decision.action == Action.RESUME:
             host.draining = False
@@ -407,17 +528,22 @@ class Simulation:
         """As the pilot rents: the offer looked up again, then a create with a label."""
         assert decision.offer_id is not None
         try:
-            offer = await self.client.offer(decision.offer_id)
+            offer = await self.client.offer(decision.offer_id, offer_type=(
+                vast.ON_DEMAND if decision.bid is None else vast.INTERRUPTIBLE))
             if offer is None:
                 return  # gone since the search: the product records the failure, rents nothing
             request = vast.RentRequest.from_offer(offer)
             host_id = len(self.hosts) + 1
             instance_id = await self.client.create_instance(
                 request.offer_id, image=request.deployment.image, disk_gb=request.disk_gb,
-                label=f"{vast.LABEL_PREFIX}sim-{host_id}")
+                label=f"{vast.LABEL_PREFIX}sim-{host_id}", bid_price=decision.bid)
         except VastError:
             return  # counted in the calls; nothing was rented
-        host = SimMachine(host_id, self.machines[request.offer_id], instance_id, self.now)
+        machine = self.machines[request.offer_id]
+        host = SimMachine(host_id, machine, instance_id, self.now,
+                          price=decision.bid if decision.bid is not None
+                          else machine.offer.price_per_hour, bid=decision.bid,
+                          bill_from=self.now)
         self.hosts[host.id] = host
         self.rents.append(self.now)
 
@@ -428,8 +554,7 @@ class Simulation:
             total[job.kind] = total.get(job.kind, 0) + 1
             if self.done.get(job.id, math.inf) <= job.deadline:
                 met[job.kind] = met.get(job.kind, 0) + 1
-        dollars = sum(h.machine.offer.price_per_hour * ((h.ended_at or self.now) - h.rented_at)
-                      / 3600 for h in self.hosts.values())
+        dollars = sum(h.spent for h in self.hosts.values())
         rents = sorted(self.rents)
         return Result(name, met, total, dollars, len(self.done),
                       max((n for n, _ in samples), default=0),
@@ -437,7 +562,9 @@ class Simulation:
                       max((d for _, d in samples), default=0.0),
                       max((sum(1 for u in rents if t <= u < t + 3600) for t in rents),
                           default=0),
-                      self.decisions, self.calls)
+                      self.decisions, self.calls, len(self.preemptions), self.requeued,
+                      sum(1 for h in self.hosts.values() if h.bid is not None),
+                      self.duplicates)
 
 
 # ---------------------------------------------------------------------- the two baselines
@@ -498,11 +625,13 @@ def autopilot(snap: Snapshot) -> list[Decision]:
     return list(planner.plan(snap).decisions)
 
 
-def lower_bound(world: World) -> float:
+def lower_bound(world: World, *, bids: bool = False) -> float:
     """Perfect foresight, no boot, no idle: every proof on the machine with the best $/proof
-    that boots and passes the gate. No schedule that does the work can pay less."""
-    best = min(m.offer.price_per_hour / m.true_rate for m in world.machines
-               if not m.never_boots and m.true_rate >= MIN_BENCH_RATE)
+    that boots and passes the gate (at its on-demand price, or with `bids` at its minimum bid,
+    never outbid, PoSt included). No on-demand schedule (with `bids`: no schedule at all) that
+    does the work can pay less."""
+    best = min((m.min_bid if bids else m.offer.price_per_hour) / m.true_rate
+               for m in world.machines if not m.never_boots and m.true_rate >= MIN_BENCH_RATE)
     return sum(WORK[job.kind] for job in world.jobs) * best
 
 
@@ -523,17 +652,21 @@ def peak_fleet_size(world: World) -> int:
 DEFAULT_LIMITS = Limits(max_dollars_per_hour=6.0, max_hosts=16, max_rents_per_hour=20,
                         min_hosts={"winning-post": 1, "window-post": 1}, cooldown_s=120.0,
                         pipeline_margin_s=600.0, idle_release_s=300.0, scale_to_zero=False)
+BID_LIMITS = replace(DEFAULT_LIMITS, interruptible=True)
 
 
-async def simulate(world: World, limits: Limits, policy: Policy,
-                   name: str) -> tuple[Simulation, Result]:
-    """One policy's day against its own fake Vast, which offers the world's machines."""
-    market = FakeVast(API_KEY, relist=True)
+async def simulate(world: World, limits: Limits, policy: Policy, name: str, *,
+                   seed: int = 7, preemption_rate: float = 0.0) -> tuple[Simulation, Result]:
+    """One policy's day against its own fake Vast, which offers the world's machines (and, at
+    `preemption_rate` per hour, outbids the interruptible ones from a market seeded by
+    `seed`)."""
+    market = FakeVast(API_KEY, relist=True, market_seed=seed, preemption_rate=preemption_rate)
     for machine in world.machines:
         offer = machine.offer
         market.add_offer(id=offer.offer_id, machine_id=offer.provider_machine_id,
                          gpu_name=offer.gpu_name, num_gpus=offer.gpu_count,
-                         dph_base=offer.price_per_hour, storage_cost=0.0)
+                         dph_base=offer.price_per_hour, storage_cost=0.0,
+                         min_bid=machine.min_bid)
         market.boots[offer.provider_machine_id or 0] = machine.boot_s
     await market.start()
     try:
@@ -543,19 +676,31 @@ async def simulate(world: World, limits: Limits, policy: Policy,
         await market.stop()
 
 
-def compare(seed: int = 7, limits: Limits = DEFAULT_LIMITS) -> dict:
-    """Every policy on one world; JSON-ready."""
+def compare(seed: int = 7, limits: Limits = DEFAULT_LIMITS,
+            preemption_rates: tuple[float, ...] = (0.0,)) -> dict:
+    """Every policy on one world; JSON-ready. The on-demand policies do not depend on the
+    preemption rate, so they run once; the autopilot with bids runs once per rate."""
     world = make_world(seed)
     size = peak_fleet_size(world)
-    policies = [(autopilot, "autopilot"), (fixed_fleet(size), f"fixed fleet of {size}"),
-                (threshold_scaler(), "queue threshold")]
-    runs = [asyncio.run(simulate(world, limits, policy, name)) for policy, name in policies]
-    results = [result for _, result in runs]
+    on_demand = [(autopilot, "autopilot on-demand only"),
+                 (fixed_fleet(size), f"fixed fleet of {size}"),
+                 (threshold_scaler(), "queue threshold")]
+    runs = [asyncio.run(simulate(world, limits, policy, name, seed=seed))
+            for policy, name in on_demand]
+    with_bids = replace(limits, interruptible=True)
+    by_rate = {rate: asyncio.run(simulate(world, with_bids, autopilot, "autopilot", seed=seed,
+                                          preemption_rate=rate))
+               for rate in preemption_rates}
     return {"seed": seed, "jobs": len(world.jobs), "offers": len(world.machines),
             "limits": {"max_dollars_per_hour": limits.max_dollars_per_hour,
                        "max_hosts": limits.max_hosts,
-                       "max_rents_per_hour": limits.max_rents_per_hour},
+                       "max_rents_per_hour": limits.max_rents_per_hour,
+                       "max_bid_share": with_bids.max_bid_share},
             "lower_bound_dollars": round(lower_bound(world), 2),
-            "results": [r.to_json() for r in results],
+            "lower_bound_bids_dollars": round(lower_bound(world, bids=True), 2),
+            "results": [result.to_json() for _, result in runs],
+            "autopilot_by_preemption_rate": [
+                {"preemption_rate": rate, **result.to_json()}
+                for rate, (_, result) in by_rate.items()],
             # Not JSON: each policy's (run, result), for tests that look inside a day.
-            "_runs": runs}
+            "_runs": runs + list(by_rate.values())}

@@ -33,11 +33,19 @@ contract is clear it is stricter than the real service, so that a client mistake
   per-contract rows with `gpu` / `disk` / `bwd` / `bwu` items, amounts rounded to 3 decimals.
   `billing_records()` gives the fake's own record of every contract, for tests to check
   the product's figures against.
+- interruptible rentals (vastai `create instance --bid_price`, `change bid`, `search offers -t
+  bid`; Vast's instance-types guide): a bid search prices each offer at its machine's current
+  minimum bid; a create with `price` makes an interruptible instance, created stopped when the
+  bid is below that minimum; a seeded market outbids running interruptible instances
+  (`preemption_rate` per hour, one reproducible draw sequence per instance), which stops them
+  until their bid is raised above the competitor's; `outbid()` does it on demand;
+- account SSH keys (`/api/v0/ssh/`): create, list, delete.
 """
 
 import base64
 import itertools
 import json
+import math
 import random
 import time
 
@@ -82,7 +90,8 @@ PLACES = ["Texas, US", "Oregon, US", "Quebec, CA", "Sweden, SE", "Taiwan, TW", "
 
 class FakeVast:
     def __init__(self, api_key: str, *, page_size: int = 25, ssh_endpoint=("127.0.0.1", 22),
-                 on_ssh_key=None, boot_s=(10.0, 60.0), relist: bool = False):
+                 on_ssh_key=None, boot_s=(10.0, 60.0), relist: bool = False,
+                 market_seed: int = 1, preemption_rate: float = 0.0):
         self.api_key = api_key
         self.page_size = page_size
         self.ssh_endpoint = ssh_endpoint
@@ -105,6 +114,13 @@ class FakeVast:
         # bandwidth charges; kept after the instance is destroyed, as Vast keeps charges.
         self.wall_clock = time.time
         self.contracts: dict[int, dict] = {}
+        # Interruptible market: see the "interruptible" section.
+        self.market_seed = market_seed
+        self.preemption_rate = preemption_rate  # chance per hour that a running bid is outbid
+        # machine_id → (a competitor's bid, until when on the clock): the minimum bid there
+        self.min_bids: dict[int, tuple[float, float]] = {}
+        self.ssh_keys: dict[int, dict] = {}
+        self._ssh_key_ids = itertools.count(9_000)
 
     # ------------------------------------------------------------------ market and clock
 
@@ -135,7 +151,7 @@ class FakeVast:
             "mobo_name": "ROME2D16", "os_version": "22.04", "driver_version": "550.54.14",
             "driver_vers": 550054014, "has_avx": 1,
             "dph_base": round(per_gpu * num_gpus * rng.uniform(0.8, 1.5), 4),
-            "storage_cost": round(rng.uniform(0.1, 0.3), 3), "min_bid": 0.05,
+            "storage_cost": round(rng.uniform(0.1, 0.3), 3),
             "dlperf": tflops * num_gpus * 1.1, "total_flops": tflops * num_gpus,
             "score": rng.uniform(50, 500), "credit_discount_max": 0.1, "rentable": True,
             "rented": False, "is_bid": False, "external": False, "hosting_type": 0,
@@ -148,6 +164,8 @@ class FakeVast:
             "cluster_id": None, "platform_fee": 0.0, **fields,
         }
         offer["expected_reliability"] = offer["reliability"]
+        # The machine's minimum bid (GPU part, like dph_base): interruptible is far cheaper.
+        offer.setdefault("min_bid", round(offer["dph_base"] * rng.uniform(0.3, 0.55), 4))
         self.offers[offer_id] = offer
         return self.priced(offer, DEFAULT_STORAGE_GB)
 
@@ -315,6 +333,8 @@ class FakeVast:
         app.router.add_put("/api/v0/instances/{id:\\d+}/", self.manage)
         app.router.add_get("/api/v0/charges/", self.charges)
         app.router.add_post("/api/v0/instances/{id:\\d+}/ssh/", self.attach_ssh)
+        self._add_interruptible_routes(app)
+        self._add_account_key_routes(app)
         runner = self.runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -382,7 +402,8 @@ class FakeVast:
         if not isinstance(storage, int | float) or storage < 0 or \
                 not isinstance(limit, int) or limit < 1:
             return _error(400, "invalid_args", "allocated_storage and limit must be positive")
-        offers = [self.priced(o, storage) for o in self.offers.values()]
+        offer_type = query.get("type", "on-demand")
+        offers = [self.priced_as(o, storage, offer_type) for o in self.offers.values()]
         order = query.get("order", [["score", "desc"]])
         for column, direction in reversed(self._order(order, offers)):
             offers.sort(key=_by(column), reverse=direction == "desc")
@@ -412,6 +433,8 @@ class FakeVast:
         problem = _create_problem(body)
         if problem:
             return _error(400, "invalid_args", problem)
+        if "price" in body and (problem := _bid_problem(body["price"], CREATE_MAX_BID)):
+            return _error(400, "invalid_price", problem)
         return web.json_response({"success": True, "new_contract": self._create(offer, body)})
 
     def add_instance(self, label: str | None = None) -> int:
@@ -445,8 +468,10 @@ class FakeVast:
             "dph_base": offer["dph_base"], "dph_total": priced["dph_total"],
             "storage_cost": offer["storage_cost"], "geolocation": offer["geolocation"],
             "template_id": None, "template_hash_id": None, "_created": self.clock,
-            "_offer": offer,
+            "_offer": offer, "is_bid": False,
         }
+        if "price" in body:
+            self._start_bid(self.instances[instance_id], float(body["price"]))
         self.contracts[instance_id] = {"label": body.get("label"), "start": self.wall_clock(),
                                        "end": None, "segments": [], "bwd": 0.0, "bwu": 0.0}
         self._bill(instance_id)
@@ -456,7 +481,7 @@ class FakeVast:
         """actual_status now: forced (exited, stopped...), else from the fake's clock."""
         age = self.clock - instance["_created"]
         boot = self.boots.get(instance["machine_id"], self.boot_s)
-        return instance.get("_forced") or (
+        return instance.get("_forced") or self._bid_status(instance) or (
             None if age < (boot or self.boot_s)[0] else
             "loading" if boot is None or age < boot[1] else "running")
 
@@ -619,6 +644,154 @@ class FakeVast:
         self.on_ssh_key(key)
         return web.json_response({"success": True})
 
+    # ------------------------------------------------------------------ interruptible (bids)
+    # Vast's instance types: an interruptible instance runs while its bid is the machine's
+    # highest; when someone bids more it is stopped ("outbid", storage still billed) and runs
+    # again when its bid is raised above theirs or they leave. What the real service shows on an
+    # outbid instance is not documented; the fake says actual_status "stopped" with
+    # intended_status "running" (the renter still wants it) and a status_msg naming the outbid.
+
+    def _add_interruptible_routes(self, app: web.Application) -> None:
+        app.router.add_put("/api/v0/instances/bid_price/{id:\\d+}/", self.change_bid)
+
+    def priced_as(self, offer: dict, storage_gb: float, offer_type: str) -> dict:
+        """The offer as a search of `offer_type` shows it: a bid search prices it at the
+        machine's minimum bid now; reserved at the on-demand price less the prepay discount."""
+        if offer_type == "bid":
+            base = self.min_bid(offer["machine_id"], offer["min_bid"])
+            return {**self.priced({**offer, "dph_base": base}, storage_gb), "is_bid": True,
+                    "min_bid": base}
+        if offer_type == "reserved":
+            base = offer["dph_base"] * (1 - offer["credit_discount_max"])
+            return self.priced({**offer, "dph_base": round(base, 4)}, storage_gb)
+        return self.priced(offer, storage_gb)
+
+    def min_bid(self, machine_id: int, listed: float) -> float:
+        """A machine's minimum bid now: its listed one, or a competitor's above it."""
+        competitor, until = self.min_bids.get(machine_id, (0.0, 0.0))
+        return max(listed, competitor) if self.clock < until else listed
+
+    def _draws(self, instance: dict) -> random.Random:
+        """The market's draws for one instance and one run of it: reproducible per seed,
+        whatever order the instances were created in."""
+        runs = instance["_bid_runs"] = instance.get("_bid_runs", 0) + 1
+        return random.Random(f"{self.market_seed}:{instance['id']}:{runs}")
+
+    def _start_bid(self, instance: dict, price: float) -> None:
+        offer = instance["_offer"]
+        storage = instance["dph_total"] - offer["dph_base"]
+        instance.update(is_bid=True, _bid=price, dph_base=price, dph_total=price + storage,
+                        min_bid=self.min_bid(offer["machine_id"], offer["min_bid"]))
+        if price < instance["min_bid"]:
+            # Underbid at create: created stopped, until the bid is raised.
+            self._stop_outbid(instance, instance["min_bid"], until=math.inf)
+        else:
+            self._schedule_outbid(instance, self.clock)
+
+    def _schedule_outbid(self, instance: dict, since: float) -> None:
+        draws = self._draws(instance)
+        rate = self.preemption_rate / 3600
+        instance["_outbid_at"] = since + draws.expovariate(rate) if rate > 0 else math.inf
+        # The competitor who will outbid it: how much more, and for how long.
+        instance["_competitor"] = (draws.uniform(1.1, 1.6), draws.expovariate(1 / 5400))
+        instance["_outbid"] = False
+
+    def _stop_outbid(self, instance: dict, competitor_bid: float, until: float) -> None:
+        machine_id = instance["_offer"]["machine_id"]
+        self.min_bids[machine_id] = (competitor_bid, until)
+        instance.update(_outbid=True, _competitor_until=until, cur_state="stopped",
+                        min_bid=competitor_bid,
+                        status_msg=f"outbid: the machine's minimum bid is now "
+                                   f"${competitor_bid:.4f}/h")
+
+    def _resume(self, instance: dict, at: float) -> None:
+        self.min_bids.pop(instance["_offer"]["machine_id"], None)
+        instance.update(cur_state="running", status_msg="",
+                        min_bid=instance["_offer"]["min_bid"])
+        self._schedule_outbid(instance, at)
+
+    def _bid_status(self, instance: dict) -> str | None:
+        """Settle the market up to the clock; "stopped" while outbid, else None (the boot
+        schedule decides)."""
+        if not instance.get("is_bid"):
+            return None
+        for _ in range(1000):  # a bounded walk through every outbid and resume so far
+            if instance["_outbid"]:
+                if self.clock < instance["_competitor_until"]:
+                    return "stopped"
+                self._resume(instance, instance["_competitor_until"])
+            elif self.clock >= instance["_outbid_at"]:
+                more, stay = instance["_competitor"]
+                self._stop_outbid(instance, instance["_bid"] * more,
+                                  instance["_outbid_at"] + stay)
+            else:
+                return None
+        return "stopped" if instance["_outbid"] else None
+
+    def outbid(self, instance_id: int, *, competitor_bid: float | None = None,
+               for_s: float = math.inf) -> None:
+        """Someone outbids this interruptible instance now (tests; the seeded market does it
+        by itself at `preemption_rate`)."""
+        instance = self.instances[instance_id]
+        if not instance.get("is_bid"):
+            raise ValueError(f"instance {instance_id} is on-demand: it cannot be outbid")
+        self._bid_status(instance)
+        self._stop_outbid(instance, competitor_bid or instance["_bid"] * 1.25,
+                          self.clock + for_s)
+
+    async def change_bid(self, request):
+        body = request[BODY]
+        if not isinstance(body, dict) or body.get("client_id") != "me":
+            return _error(400, "invalid_args", "client_id must be 'me'")
+        if problem := _bid_problem(body.get("price"), CHANGE_MAX_BID):
+            return _error(400, "invalid_args", problem)
+        instance = self.instances.get(int(request.match_info["id"]))
+        if instance is None:
+            return _error(404, "no_such_instance", "Instance with that ID does not exist.")
+        if not instance.get("is_bid"):
+            return _error(400, "invalid_args", "the instance is on-demand: it has no bid")
+        self._bid_status(instance)
+        price = float(body["price"])
+        storage = instance["dph_total"] - instance["dph_base"]
+        instance.update(_bid=price, dph_base=price, dph_total=price + storage)
+        if instance["_outbid"] and price > self.min_bid(instance["_offer"]["machine_id"],
+                                                        instance["_offer"]["min_bid"]):
+            self._resume(instance, self.clock)
+        return web.json_response({"success": True})
+
+    # ------------------------------------------------------------------ account SSH keys
+
+    def _add_account_key_routes(self, app: web.Application) -> None:
+        app.router.add_post("/api/v0/ssh/", self.create_account_key)
+        app.router.add_get("/api/v0/ssh/", self.list_account_keys)
+        app.router.add_delete("/api/v0/ssh/{id:\\d+}/", self.delete_account_key)
+
+    async def create_account_key(self, request):
+        key = (request[BODY] or {}).get("ssh_key") if isinstance(request[BODY], dict) else None
+        if not key:
+            return _error(400, "no_ssh_key", "No ssh key provided")
+        if not isinstance(key, str) or not key.startswith(("ssh-", "ecdsa-")):
+            return _error(400, "invalid_request", "ssh_key must be an OpenSSH public key")
+        key_id = next(self._ssh_key_ids)
+        row = {"id": key_id, "user_id": 1, "public_key": key.strip(),
+               "created_at": "2026-12-01T00:00:00Z", "deleted_at": None}
+        self.ssh_keys[key_id] = row
+        # "The key will be automatically added to all your current instances."
+        for instance in self.instances.values():
+            instance.setdefault("ssh_keys", []).append(key)
+        self.on_ssh_key(key)
+        return web.json_response({"success": True, "key": row})
+
+    async def list_account_keys(self, request):
+        return web.json_response([{"id": r["id"], "user_id": r["user_id"], "key": r["public_key"],
+                                   "created_at": r["created_at"], "deleted_at": None}
+                                  for r in self.ssh_keys.values()])
+
+    async def delete_account_key(self, request):
+        if self.ssh_keys.pop(int(request.match_info["id"]), None) is None:
+            return _error(404, "no_such_key", "SSH key not found")
+        return web.json_response({"success": True})
+
 
 def _by(column: str):
     """A sort key on one column: missing values last."""
@@ -676,6 +849,17 @@ def _create_problem(body) -> str:
         return "label is longer than 256 characters"
     if len(body.get("onstart") or "") + len(" ".join(body.get("args") or [])) > 4096:
         return "onstart and args exceed 4096 characters"
+    return ""
+
+
+# The OpenAPI file's bounds on a bid ($/h): create accepts up to 128, change bid up to 32.
+CREATE_MAX_BID, CHANGE_MAX_BID = 128.0, 32.0
+
+
+def _bid_problem(price, maximum: float) -> str:
+    if isinstance(price, bool) or not isinstance(price, int | float) or \
+            not 0.001 <= price <= maximum:
+        return f"Please set a bid price between 0.001 and {maximum:g} $/h."
     return ""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 LIVE, STALE, OFFLINE = "live", "stale", "offline"
+# An interruptible machine Vast stopped for a higher bid: its engine is away, and why is known.
+OUTBID = "outbid"
 STALE_AFTER_INTERVALS = 3
 # An idle engine answers without a new seq. Its stored last_seen is still rewritten (and its row
 # re-pushed) this often, so a page rendered from the database, or a browser counting "last seen"

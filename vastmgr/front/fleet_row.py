@@ -145,7 +145,10 @@ def conn_badge(h: MachineView) -> str:
     else:
         badge = (f'<span class="badge badge-{connection}" data-conn="{connection}" title="The '
                  f'machine\'s engine, as the fleet controller last heard it">{connection}</span>')
-    return f"{badge}\n{seen}\n{shown_error}\n"
+    signal = h.billing.vast_status_signal if h.billing is not None else ""
+    told = (f'<small class="signal" data-signal="{text(signal)}">told by {text(signal)}</small>\n'
+            if h.connection == "outbid" and signal else "")
+    return f"{badge}\n{seen}\n{shown_error}\n{told}"
 
 
 def _stale_flag(h: MachineView) -> str:

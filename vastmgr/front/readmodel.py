@@ -22,7 +22,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from vastmgr.fleet.ledger import PER_PROOF_RULE, Billed, Reading
-from vastmgr.fleet.liveness import LIVE, OFFLINE, machine_connection
+from vastmgr.fleet.liveness import LIVE, OFFLINE, OUTBID, machine_connection
 from vastmgr.fleet.models import Event, Machine, MachineSample, MachineStatus
 from vastmgr.fleet.partial_snapshot import (
     PartialMemory,
@@ -132,10 +132,12 @@ class MachineView:
     @cached_property
     def connection(self) -> str:
         status = self.status
-        if status is None:
-            return OFFLINE
-        return machine_connection(self.machine.enabled, status.connected, self._last_seen,
-                                  status.interval, self.now)
+        state = OFFLINE if status is None else machine_connection(
+            self.machine.enabled, status.connected, self._last_seen, status.interval, self.now)
+        if state != LIVE and self.billing is not None and \
+                self.billing.vast_status == OUTBID:
+            return OUTBID  # not lost: Vast stopped it for a higher bid
+        return state
 
     @property
     def presence(self) -> str:

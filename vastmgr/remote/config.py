@@ -109,6 +109,9 @@ class RemoteSettings:
     min_bench_rate: float = 50.0
     auto_destroy_idle_min: float | None = None
     alert_webhook_url: str = ""
+    # The signing secret of Vast's notification webhook (shown once when it is created in
+    # Vast's console or API); empty: the receiving route answers 404.
+    vast_webhook_secret: str = field(default="", repr=False)
     offline_alert_min: float = 5.0
     # A rented instance that stopped running (exited, offline, unknown...) is destroyed after
     # this long: it keeps billing for its disk and rarely comes back.
@@ -150,6 +153,7 @@ class RemoteSettings:
             min_bench_rate=_env_float("VASTMGR_MIN_BENCH_RATE", 50.0),
             auto_destroy_idle_min=_env_float("VASTMGR_AUTO_DESTROY_IDLE_MIN", None),
             alert_webhook_url=webhook,
+            vast_webhook_secret=os.environ.get("VASTMGR_VAST_WEBHOOK_SECRET", "").strip(),
             offline_alert_min=_env_float("VASTMGR_OFFLINE_ALERT_MIN", 5.0),
             vast_down_grace_min=_env_float("VASTMGR_VAST_DOWN_GRACE_MIN", 10.0),
             provision_pip_args=_env_args("VASTMGR_PROVISION_PIP_ARGS"),

@@ -79,6 +79,11 @@ class RemoteMachine(models.Model):
     # (exited, offline, unknown...): the automation destroys it after a grace period.
     vast_status = models.CharField(max_length=40, blank=True)
     vast_down_since = models.DateTimeField(null=True, blank=True)
+    # Which signal told us the status last: the automation's listing (polling) or Vast's
+    # notification webhook, and when.
+    vast_status_signal = models.CharField(max_length=20, blank=True)
+    SIGNAL_POLLING, SIGNAL_WEBHOOK = "polling", "Vast webhook"
+    vast_status_at = models.DateTimeField(null=True, blank=True)
     # The instance's hardware facts as Vast last listed them (VAST_FACTS of its record; a
     # field Vast left out is absent, shown as "not reported") and when that list was taken.
     vast_facts = models.JSONField(default=dict, blank=True)
@@ -121,6 +126,30 @@ class RemoteMachine(models.Model):
     def for_machine(cls, machine: Machine) -> "RemoteMachine":
         remote, _ = cls.objects.get_or_create(machine=machine)
         return remote
+
+
+class VastNotification(models.Model):
+    """One delivery of Vast's notification webhook, kept by its event id: Vast delivers at
+    least once, so a repeated id is dropped before anything acts on it."""
+
+    event_id = models.CharField(max_length=100, unique=True)
+    notif_type = models.CharField(max_length=60)
+    subject = models.CharField(max_length=300, blank=True)
+    message = models.TextField(blank=True)
+    instance_id = models.BigIntegerField(null=True, blank=True)
+    machine = models.ForeignKey(Machine, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="vast_notifications")
+    received_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.FloatField(null=True, blank=True)  # the payload's timestamp
+    delivery_attempt = models.PositiveIntegerField(default=1)
+    duplicates = models.PositiveIntegerField(default=0)  # repeated deliveries dropped
+    outcome = models.CharField(max_length=300, blank=True)  # what the product did with it
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.notif_type} {self.event_id}"
 
 
 class VastSync(models.Model):

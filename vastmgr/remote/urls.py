@@ -1,6 +1,6 @@
 from django.urls import path
 
-from vastmgr.remote import views
+from vastmgr.remote import views, webhooks
 
 app_name = "remote"
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path("offers/api-key/", views.set_api_key, name="set_api_key"),
     path("offers/rent/", views.rent_offers, name="rent"),
     path("offers/ignore/", views.ignore_offers, name="ignore_offers"),
+    path("vast/webhook/", webhooks.receive, name="vast_webhook"),
     path("bad-machines/", views.bad_machines, name="bad_machines"),
     path("provider-log/", views.provider_log, name="provider_log"),
     path("bad-machines/<int:pk>/unmark/", views.unmark_bad_machine, name="unmark_bad_machine"),

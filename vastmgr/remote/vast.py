@@ -34,6 +34,8 @@ from vastmgr.fleet import ledger
 from vastmgr.fleet.models import BillingInterval, Event, Machine
 from vastmgr.instances.models import SECRET_ENV, DeploySecret
 from vastmgr.lib.errors import VastAuthError, VastError, VastOutcomeUnknown, VastRateLimited
+from vastmgr.proofs import jobs
+from vastmgr.proofs.models import ProofJob
 from vastmgr.remote import alerts
 from vastmgr.remote.config import RemoteSettings, parse_env
 from vastmgr.remote.models import (
@@ -65,6 +67,11 @@ STARTING_STATUSES = {"", "created", "loading", "scheduling", "rebooting"}
 GPU_BILLING_STATUSES = {"running", "frozen", "rebooting", "unknown", "offline"}
 CHARGES_PAGE_LIMIT = 500  # the server's maximum (official OpenAPI, showCharges)
 HOURS_PER_MONTH = 30 * 24  # Vast's storage_cost is $/GB/month (a 30-day month)
+# Vast's offer types (`search offers -t`): "bid" is interruptible, priced at the minimum bid.
+ON_DEMAND, INTERRUPTIBLE, RESERVED = "on-demand", "bid", "reserved"
+OFFER_TYPES = (ON_DEMAND, INTERRUPTIBLE, RESERVED)
+# The bid bounds of Vast's API ($/h): create takes up to 128, change bid up to 32.
+MIN_BID, MAX_BID = 0.001, 32.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,11 @@ class OfferFilter:
     # (column, operator, value) in Vast's own terms, e.g. from vast-manager's filter string;
     # they come last, so they override the defaults above.
     conditions: tuple[tuple[str, str, Any], ...] = ()
+    offer_type: str = ON_DEMAND
+
+    def __post_init__(self) -> None:
+        if self.offer_type not in OFFER_TYPES:
+            raise ValueError(f"unknown offer type {self.offer_type!r}: one of {OFFER_TYPES}")
 
     def query(self) -> dict[str, Any]:
         """The search body, as the official client builds it (units, names, defaults)."""
@@ -182,7 +194,7 @@ class OfferFilter:
             q["cpu_cores_effective"] = {"gte": self.min_cpu_cores}
         for column, operator, value in self.conditions:
             q.setdefault(column, {})[operator] = value
-        return {**q, "order": [list(o) for o in self.order], "type": "on-demand",
+        return {**q, "order": [list(o) for o in self.order], "type": self.offer_type,
                 "limit": self.limit, "allocated_storage": self.disk_gb}
 
 
@@ -319,17 +331,23 @@ class VastClient:
             raise VastError("Vast's search answer holds no list of offers")
         return offers
 
-    async def offer(self, offer_id: int, *, disk_gb: float = DEFAULT_DISK_GB) -> dict | None:
-        """One offer by id (any rank in the market), priced with `disk_gb` of storage."""
+    async def offer(self, offer_id: int, *, disk_gb: float = DEFAULT_DISK_GB,
+                    offer_type: str = ON_DEMAND) -> dict | None:
+        """One offer by id (any rank in the market), priced with `disk_gb` of storage as
+        `offer_type` (a bid search gives its minimum bid)."""
         found = await self.search_offers(OfferFilter(offer_id=offer_id, disk_gb=disk_gb,
-                                                     limit=1))
+                                                     limit=1, offer_type=offer_type))
         return next((o for o in found if o.get("id") == offer_id), None)
 
     async def create_instance(self, offer_id: int, *, image: str, disk_gb: float, label: str,
                               onstart: str = DEFAULT_ONSTART, env: dict | None = None,
-                              machine=None) -> int:
+                              bid_price: float | None = None, machine=None) -> int:
+        """Accept an offer; with `bid_price` ($/h) the instance is interruptible. An
+        interruptible instance whose bid is below the machine's minimum is created stopped."""
         body = {"client_id": "me", "image": image, "disk": disk_gb, "label": label,
                 "onstart": onstart, "runtype": "ssh_direc ssh_proxy", "env": env or {}}
+        if bid_price is not None:
+            body["price"] = round(_checked_bid(bid_price), 4)
         payload = await self.call("PUT", f"/api/v0/asks/{int(offer_id)}/", body=body,
                                   machine=machine, idempotent=False)
         if not isinstance(payload, dict) or not payload.get("success") or \
@@ -337,6 +355,32 @@ class VastClient:
             raise VastOutcomeUnknown(
                 f"Vast's create answer names no instance: {_Reply(payload=payload).describe()}")
         return payload["new_contract"]
+
+    async def change_bid(self, instance_id: int, price: float, *, machine=None) -> None:
+        """An interruptible instance's new bid ($/h); above the machine's minimum, an
+        outbid instance runs again."""
+        await self.call("PUT", f"/api/v0/instances/bid_price/{int(instance_id)}/",
+                        body={"client_id": "me", "price": round(_checked_bid(price), 4)},
+                        machine=machine)
+
+    async def account_ssh_keys(self) -> list[dict]:
+        """The account's SSH keys ({id, key, ...}); Vast adds them to every new instance."""
+        payload = await self.call("GET", "/api/v0/ssh/")
+        if not isinstance(payload, list) or not all(
+                isinstance(k, dict) and isinstance(k.get("id"), int) for k in payload):
+            raise VastError("Vast's SSH key list holds no list of keys with ids")
+        return payload
+
+    async def add_account_ssh_key(self, public_key: str) -> int:
+        """Register a public key on the account (before creating instances); its key id."""
+        payload = await self.call("POST", "/api/v0/ssh/", body={"ssh_key": public_key})
+        key = payload.get("key") if isinstance(payload, dict) else None
+        if not isinstance(key, dict) or not isinstance(key.get("id"), int):
+            raise VastError("Vast's answer to an SSH key create names no key id")
+        return key["id"]
+
+    async def delete_account_ssh_key(self, key_id: int) -> None:
+        await self.call("DELETE", f"/api/v0/ssh/{int(key_id)}/")
 
     async def attach_ssh_key(self, instance_id: int, public_key: str, *, machine=None) -> None:
         await self.call("POST", f"/api/v0/instances/{int(instance_id)}/ssh/",
@@ -411,6 +455,12 @@ class VastClient:
     async def destroy_instance(self, instance_id: int, *, machine=None) -> None:
         await self.call("DELETE", f"/api/v0/instances/{int(instance_id)}/", body={},
                         machine=machine)
+
+
+def _checked_bid(price: float) -> float:
+    if not MIN_BID <= price <= MAX_BID:
+        raise VastError(f"a bid must be between ${MIN_BID} and ${MAX_BID:g}/h, not ${price}/h")
+    return price
 
 
 def ssh_endpoint(instance: dict) -> tuple[str, int] | None:
@@ -530,6 +580,7 @@ class RentRequest:
     disk_gb: int = DEFAULT_DISK_GB
     min_bench_rate: int | None = None  # None: the configured minimum
     deployment: Deployment = Deployment()
+    bid_price: float | None = None  # $/h: an interruptible rental at this bid
 
     @classmethod
     def from_offer(cls, offer: dict, **overrides) -> "RentRequest":
@@ -558,7 +609,8 @@ async def rent(client: VastClient, request: RentRequest) -> Machine:
         instance_id = await client.create_instance(
             request.offer_id, image=deployment.image, disk_gb=request.disk_gb, label=label,
             onstart=deployment.onstart or DEFAULT_ONSTART,
-            env=deployment.instance_env(callhome, request.min_bench_rate), machine=machine)
+            env=deployment.instance_env(callhome, request.min_bench_rate),
+            bid_price=request.bid_price, machine=machine)
     except VastOutcomeUnknown as exc:
         instance_id = await _find_created(client, machine, label, exc)
     except VastError as exc:
@@ -588,6 +640,8 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
                                            min_bench_rate=request.min_bench_rate)
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
         what = f" (image {request.deployment.image})" if request.deployment.upstream else ""
+        if request.bid_price is not None:
+            what += f", interruptible at a bid of ${request.bid_price:.4f}/h"
         Event.record("vast", f"renting offer {request.offer_id} as {label}{what}",
                      machine=machine, data={"offer_id": request.offer_id, "label": label,
                                             "flavour": request.deployment.flavour})
@@ -705,9 +759,24 @@ def _bill_as_listed(machine: Machine, instance: dict) -> None:
 def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alerts.Alert]:
     """Record `actual_status`; an instance that went down marks its machine and alerts once."""
     remote = RemoteMachine.for_machine(machine)
-    status = instance.get("actual_status") or ""
-    down = status != "running" and status not in STARTING_STATUSES
+    status = "outbid" if is_outbid(instance) else instance.get("actual_status") or ""
+    down = status not in ("running", "outbid") and status not in STARTING_STATUSES
     found = []
+    if status != remote.vast_status:
+        # Polling saw it first (a webhook that told us already left the status as it is).
+        remote.vast_status_signal = RemoteMachine.SIGNAL_POLLING
+        remote.vast_status_at = now
+        if status == "outbid":
+            message = (f"{machine.name}: outbid — Vast stopped interruptible instance "
+                       f"{machine.vast_instance_id} for a higher bid"
+                       f"{': ' + instance['status_msg'] if instance.get('status_msg') else ''}")
+            Event.record("vast", message, machine=machine, level=Event.Level.WARNING,
+                         data={"actual_status": instance.get("actual_status"),
+                               "min_bid": instance.get("min_bid"),
+                               "signal": RemoteMachine.SIGNAL_POLLING})
+            found.append(alerts.Alert("instance_outbid", message, machine.pk,
+                                      {"min_bid": instance.get("min_bid")}))
+            requeue_outbid(machine, RemoteMachine.SIGNAL_POLLING)
     if down and remote.vast_down_since is None:
         detail = f": {instance['status_msg']}" if instance.get("status_msg") else ""
         remote.vast_down_since = now
@@ -722,8 +791,26 @@ def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alert
         Event.record("vast", f"{machine.name}: Vast instance {machine.vast_instance_id} is "
                              f"{status or 'starting'} again", machine=machine)
     remote.vast_status = status
-    remote.save(update_fields=["vast_status", "vast_down_since", "last_error"])
+    remote.save(update_fields=["vast_status", "vast_down_since", "last_error",
+                               "vast_status_signal", "vast_status_at"])
     return found
+
+
+def requeue_outbid(machine: Machine, signal: str) -> int:
+    """An outbid machine's jobs in flight go back to the queue at once, not after the offline
+    grace: its engine is stopped, and another machine can prove them (the engine's request-id
+    idempotency makes a late result from this one harmless). How many went back."""
+    reason = f"outbid on Vast (told by {signal})"
+    return sum(1 for job_id in ProofJob.objects.in_flight().filter(machine=machine)
+               .values_list("pk", flat=True)
+               if jobs.requeue(job_id, machine.pk, reason) is not None)
+
+
+def is_outbid(instance: dict) -> bool:
+    """An interruptible instance Vast stopped for a higher bid: stopped, though its renter
+    still wants it running (a stop we asked for has intended_status "stopped")."""
+    return bool(instance.get("is_bid")) and instance.get("actual_status") == "stopped" and \
+        instance.get("intended_status", "running") == "running"
 
 
 @dataclass

@@ -1,5 +1,9 @@
 """The planner's rules and hard limits, one by one, on hand-made snapshots (no Django)."""
 
+from dataclasses import replace
+
+import pytest
+
 from devtools.autopilot_day import WORK, rates_from
 from vastmgr.autopilot.planner import (
     Action,
@@ -218,3 +222,93 @@ def test_an_idle_dear_floor_host_is_replaced_by_a_cheaper_one_before_it_goes():
     # Not worth it for a host that is not twice as dear.
     assert not actions(plan(snapshot([], [host(1, price=0.35, idle_s=9999)], MARKET, limits)),
                        Action.RENT)
+
+
+# ---------------------------------------------------------------- interruptible capacity (36)
+
+BIDS = replace(LIMITS, interruptible=True, max_bid_share=0.7)
+
+
+def bid_offer(offer_id: int, bid: float, porep_per_h: float, on_demand: float) -> Offer:
+    return replace(offer(offer_id, bid, porep_per_h), interruptible=True,
+                   on_demand_price=on_demand, bid=bid)
+
+
+def bid_host(machine_id: int, **more) -> Host:
+    return replace(host(machine_id, **more), interruptible=True, bid=more.get("price", 0.3),
+                   on_demand_price=0.6)
+
+
+def test_porep_with_slack_goes_to_a_bid_and_the_plan_says_why():
+    market = [offer(1, 0.30, 100), bid_offer(1, 0.12, 100, on_demand=0.30)]
+    result = plan(snapshot([porep(400)], [host(9)], market, limits=BIDS))
+    rents = actions(result, Action.RENT)
+    assert rents and rents[0].bid == 0.12, result.decisions
+    assert "interruptible" in rents[0].summary
+    assert any("slack for a preemption and a re-rent" in r for r in rents[0].reasons)
+    assert rents[0].numbers["interruptible"] == 1
+    # The same backlog with bids off rents on demand.
+    on_demand = actions(plan(snapshot([porep(400)], [host(9)], market)), Action.RENT)
+    assert on_demand and on_demand[0].bid is None
+
+
+def test_post_is_never_served_by_a_bid():
+    """A window-post backlog with only a bid host proving: the bid host does not count for
+    it, so the planner rents on demand even though a bid is cheaper."""
+    window = KindWork("window-post", 40, 300.0, 1500.0)
+    market = [offer(1, 0.30, 100), bid_offer(2, 0.05, 100, on_demand=0.30)]
+    result = plan(snapshot([window], [bid_host(7, rate=1000)], market, limits=BIDS,
+                           pipeline_s=300.0))
+    rents = actions(result, Action.RENT)
+    assert rents and all(d.bid is None for d in rents), result.decisions
+    assert any("capacity Vast cannot take away" in r for r in rents[0].reasons)
+
+
+def test_porep_whose_slack_no_longer_covers_a_preemption_goes_on_demand():
+    late = porep(200, oldest_s=5400 - 800)  # 13 min left, 11 min usable; a re-rent takes 12
+    market = [offer(1, 0.30, 100), bid_offer(2, 0.05, 100, on_demand=0.30)]
+    result = plan(snapshot([late], [], market, limits=BIDS))
+    rents = actions(result, Action.RENT)
+    assert rents and all(d.bid is None for d in rents), result.decisions
+
+
+def test_a_bid_above_the_cap_is_not_placed():
+    market = [offer(1, 0.30, 100), bid_offer(2, 0.25, 100, on_demand=0.30)]  # 0.25 > 0.7×0.30
+    rents = actions(plan(snapshot([porep(400)], [host(9)], market, limits=BIDS)), Action.RENT)
+    assert rents and all(d.offer_id == 1 and d.bid is None for d in rents)
+
+
+def outbid(competitor: float, **more) -> Host:
+    return replace(bid_host(5, price=0.2), phase=MachinePhase.OUTBID, competitor_bid=competitor,
+                   outbid_s=more.pop("outbid_s", 60.0), **more)
+
+
+def test_an_outbid_host_gets_a_higher_bid_within_the_cap():
+    result = plan(snapshot([porep(50)], [host(9), outbid(0.3)], limits=BIDS))
+    [raised] = actions(result, Action.BID)
+    assert raised.machine_id == 5 and raised.bid == pytest.approx(0.33)  # 1.1× the competitor
+    assert "within the cap of $0.420/h" in raised.reasons[1]
+
+
+def test_an_outbid_host_beyond_the_cap_is_replaced_when_its_capacity_is_needed():
+    result = plan(snapshot([porep(400)], [host(9), outbid(0.5)], [offer(1, 0.3, 100)],
+                           limits=BIDS))
+    [gone] = actions(result, Action.DESTROY)
+    assert gone.machine_id == 5 and "rent elsewhere" in gone.summary
+    assert "would exceed the cap" in gone.reasons[0]
+    assert actions(result, Action.RENT)  # its capacity, from elsewhere
+
+
+def test_an_outbid_host_beyond_the_cap_waits_while_nothing_is_missed_then_goes():
+    waiting = plan(snapshot([porep(0)], [host(9), outbid(0.5)], limits=BIDS))
+    assert not actions(waiting, Action.DESTROY)
+    assert any(d.summary.startswith("wait for host-5") for d in waiting.decisions)
+    later = plan(snapshot([porep(0)], [host(9), outbid(0.5, outbid_s=3600.0)], limits=BIDS))
+    assert [d.machine_id for d in actions(later, Action.DESTROY)] == [5]
+
+
+def test_the_floor_is_the_cheapest_trusted_host_when_bids_are_on():
+    limits = replace(BIDS, min_hosts={"window-post": 1}, scale_to_zero=False)
+    market = [offer(1, 0.40, 200), offer(2, 0.15, 60), bid_offer(3, 0.05, 200, on_demand=0.4)]
+    [rent] = actions(plan(snapshot([], [], market, limits=limits)), Action.RENT)
+    assert rent.offer_id == 2 and rent.bid is None
