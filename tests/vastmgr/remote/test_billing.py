@@ -85,7 +85,9 @@ async def test_every_change_is_billed_once_at_the_rate_vast_bills(fake_vast, no_
     record = fake_vast.billing_records()[instance_id]
     # The estimate differs from Vast only by what changed before a reconcile saw it.
     assert abs(reading.spend(machine.pk) - record["dollars"]) <= lag_dollars + 0.001
-    assert record["dollars"] > 0.05  # the test billed enough for the comparison to mean it
+    # The test billed enough for the comparison to mean something: ten times its rounding allowance
+    # (how much depends on how fast the machine ran the steps above, hence no larger bar).
+    assert record["dollars"] > 0.01
 
 
 async def test_vasts_charges_are_kept_and_a_difference_raises_one_event(
