@@ -15,7 +15,7 @@ rented host is on its way, lists the instances (as the automation's reconcile do
 a create, a host is up once Vast reports its instance running (plus install, parameters and
 benchmark), a machine that never boots stays loading until a policy destroys it.
 
-Each policy sees the world every TICK_S through the same `planner.Snapshot` the product builds
+Each policy sees the world every TICK_S through the same `planner.PlannerInput` the product builds
 and returns `planner.Decision`s; the autopilot policy *is* `planner.plan`. Everything is seeded:
 one seed gives one trace and one market, shared by every policy.
 """
@@ -43,7 +43,7 @@ from vastmgr.autopilot.planner import (
     Limits,
     MachinePhase,
     Offer,
-    Snapshot,
+    PlannerInput,
 )
 from vastmgr.lib.errors import VastError
 from vastmgr.proofs import placement
@@ -234,7 +234,7 @@ class Result:
                                          if c.status is None or c.status >= 400)}
 
 
-Policy = Callable[[Snapshot], list[Decision]]
+Policy = Callable[[PlannerInput], list[Decision]]
 
 
 class Simulation:
@@ -444,7 +444,7 @@ class Simulation:
                                       bench_kind="porep-c2", min_bench_rate=MIN_BENCH_RATE,
                                       work=WORK)
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self) -> PlannerInput:
         unfinished = [j for j in self.arrived if j.id not in self.done]
         recent = [j for j in self.arrived if j.at > self.now - ARRIVAL_WINDOW_S]
         work = []
@@ -481,7 +481,7 @@ class Simulation:
                 limit=OFFERS_SEARCHED, offer_type=vast.INTERRUPTIBLE))
         offers = tuple(o for o in (self.offer_rates(bare) for bare in filter(None, (
             planner.offer_from_vast(r, on_demand.get(r["id"])) for r in raw))) if o is not None)
-        return Snapshot(self.now, tuple(work), tuple(hosts), offers, self.limits,
+        return PlannerInput(self.now, tuple(work), tuple(hosts), offers, self.limits,
                         self.pipeline_s(), frozenset(self.bad),
                         sum(1 for t in self.rents if t > self.now - 3600), self.last_change,
                         self.preemptions_per_h())
@@ -570,7 +570,7 @@ class Simulation:
 # ---------------------------------------------------------------------- the two baselines
 
 
-def _best_offers(snap: Snapshot) -> list[Offer]:
+def _best_offers(snap: PlannerInput) -> list[Offer]:
     mix = {kind: 1.0 for kind in WORK}
     return sorted((o for o in snap.offers if o.provider_machine_id not in snap.bad_machines),
                   key=lambda o: planner.dollars_per_proof(o.price_per_hour, o.rates, mix))
@@ -581,7 +581,7 @@ def _rent(offer: Offer, why: str) -> Decision:
                     {"price_per_hour": offer.price_per_hour}, offer_id=offer.offer_id)
 
 
-def _replace_stuck(snap: Snapshot) -> list[Decision]:
+def _replace_stuck(snap: PlannerInput) -> list[Decision]:
     """The same fault rule for every policy: a host not proving after pipeline + margin goes."""
     limit = snap.pipeline_s + snap.limits.pipeline_margin_s
     return [Decision(Action.DESTROY, f"destroy {h.name}", ("never came up",), {},
@@ -591,7 +591,7 @@ def _replace_stuck(snap: Snapshot) -> list[Decision]:
 
 def fixed_fleet(size: int) -> Policy:
     """Rent `size` hosts, the cheapest per proof, and keep them all day (replacing failures)."""
-    def policy(snap: Snapshot) -> list[Decision]:
+    def policy(snap: PlannerInput) -> list[Decision]:
         decisions = _replace_stuck(snap)
         alive = sum(1 for h in snap.hosts) - len(decisions)
         decisions += [_rent(o, f"fixed fleet of {size}")
@@ -603,7 +603,7 @@ def fixed_fleet(size: int) -> Policy:
 def threshold_scaler(per_host: int = 25, idle_s: float = 600.0, floor: int = 1) -> Policy:
     """A queue-length scaler: one more host while unfinished work per host exceeds
     `per_host`; release a host idle for `idle_s`; never below `floor`."""
-    def policy(snap: Snapshot) -> list[Decision]:
+    def policy(snap: PlannerInput) -> list[Decision]:
         decisions = _replace_stuck(snap)
         hosts = [h for h in snap.hosts if h.machine_id not in {d.machine_id for d in decisions}]
         unfinished = sum(w.unfinished for w in snap.work)
@@ -621,7 +621,7 @@ def threshold_scaler(per_host: int = 25, idle_s: float = 600.0, floor: int = 1) 
     return policy
 
 
-def autopilot(snap: Snapshot) -> list[Decision]:
+def autopilot(snap: PlannerInput) -> list[Decision]:
     return list(planner.plan(snap).decisions)
 
 

@@ -1,7 +1,8 @@
-"""The autopilot's planner: a pure function from a snapshot of the fleet to decisions.
+"""The autopilot's planner: a pure function from what it is told of the fleet to decisions.
 
-It knows nothing of Django, Vast or clocks: the product builds a `Snapshot` from the database
-(snapshot.py) and the simulation (sim.py) builds one from its virtual world, and both call
+It knows nothing of Django, Vast or clocks: the product builds a `PlannerInput` from the database
+(planner_input.py) and the simulated day (devtools/autopilot_day.py) builds one from its virtual
+world, and both call
 `plan()`. Times are seconds, money dollars, rates proofs per hour.
 
 How much capacity is enough: a host h finishes a mix of proofs n (per kind) alone in
@@ -136,7 +137,9 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class PlannerInput:
+    """Everything the planner is told, at one moment (a plain value: not an engine snapshot)."""
+
     now_s: float
     work: tuple[KindWork, ...]
     hosts: tuple[Host, ...]
@@ -316,7 +319,7 @@ def forecast(work: tuple[KindWork, ...], fleet: list[Mapping[str, float]]
     return tuple(found)
 
 
-def interruptible_kinds(snap: Snapshot) -> frozenset[str]:
+def interruptible_kinds(snap: PlannerInput) -> frozenset[str]:
     """Kinds that may count on interruptible capacity: not served from warm capacity (PoSt),
     and with slack left to see a preemption and bring a replacement up."""
     cover = PREEMPTION_NOTICE_S + snap.pipeline_s
@@ -362,7 +365,7 @@ class _Fleet:
             h.price_per_hour for h in self.proving + self.starting + self.draining + self.outbid)
 
 
-def plan(snap: Snapshot) -> Plan:
+def plan(snap: PlannerInput) -> Plan:
     limits = snap.limits
     decisions: list[Decision] = []
     fleet = _Fleet([h for h in snap.hosts if h.phase == MachinePhase.PROVING],
@@ -415,7 +418,7 @@ def plan(snap: Snapshot) -> Plan:
     return Plan(tuple(decisions), forecasts, spend_now, fleet.spend(), fleet.count())
 
 
-def _keep_reasons(forecasts: tuple[KindForecast, ...], snap: Snapshot) -> tuple[str, ...]:
+def _keep_reasons(forecasts: tuple[KindForecast, ...], snap: PlannerInput) -> tuple[str, ...]:
     reasons = [f"{f.kind}: {f.unfinished} unfinished, drain {duration(f.drain_s)} within "
                f"{duration(f.slack_s)} left" for f in forecasts if f.unfinished]
     return tuple(reasons) or ("no work waiting",)
@@ -446,7 +449,7 @@ class Shortfall:
     kind: str = ""  # the kind at risk ("": the steady arrivals of the urgent kinds)
 
 
-def shortfalls(snap: Snapshot, counted: list[Mapping[str, float]]) -> list[Shortfall]:
+def shortfalls(snap: PlannerInput, counted: list[Mapping[str, float]]) -> list[Shortfall]:
     """What the fleet `counted` (proving and starting hosts) lacks, most urgent kind first."""
     by_kind = {w.kind: w for w in snap.work}
     found = []
@@ -485,7 +488,7 @@ def shortfalls(snap: Snapshot, counted: list[Mapping[str, float]]) -> list[Short
     return found
 
 
-def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
+def _rent(snap: PlannerInput, fleet: _Fleet, cooling: bool, since_change: float
           ) -> list[Decision]:
     """Resume draining hosts, then rent the cheapest offers per proof, until nothing falls
     short and the floor is met, or a limit says no."""
@@ -580,7 +583,7 @@ def _rent(snap: Snapshot, fleet: _Fleet, cooling: bool, since_change: float
     return decisions
 
 
-def _release(snap: Snapshot, fleet: _Fleet, cooling: bool) -> list[Decision]:
+def _release(snap: PlannerInput, fleet: _Fleet, cooling: bool) -> list[Decision]:
     """Drain (work in flight) or destroy (idle long enough) managed proving hosts the fleet
     does not need."""
     limits = snap.limits
@@ -629,7 +632,7 @@ def _release(snap: Snapshot, fleet: _Fleet, cooling: bool) -> list[Decision]:
     return decisions
 
 
-def _cheaper_floor(snap: Snapshot, fleet: _Fleet, cooling: bool) -> list[Decision]:
+def _cheaper_floor(snap: PlannerInput, fleet: _Fleet, cooling: bool) -> list[Decision]:
     """With no work, the fleet is its floor of warm hosts: if one of them costs more than
     SWAP_FACTOR times a measured offer that serves the same kinds, rent that one; the dear
     host is released once the new one proves. A swap costs one pipeline of the new host's
@@ -670,7 +673,7 @@ def _bid_within_cap(offer: Offer, limits: Limits) -> bool:
         limits.max_bid_share * offer.on_demand_price))
 
 
-def _cost(snap: Snapshot, offer: Offer, mix: Mapping[str, float]) -> float:
+def _cost(snap: PlannerInput, offer: Offer, mix: Mapping[str, float]) -> float:
     """Est. $/proof; for a bid, with what preemptions cost: each one stops the host for the
     time to see it and bring a replacement up, at the measured rate per hour."""
     cost = dollars_per_proof(offer.price_per_hour, offer.rates, mix)
@@ -679,7 +682,7 @@ def _cost(snap: Snapshot, offer: Offer, mix: Mapping[str, float]) -> float:
     return cost
 
 
-def _kind_reason(offer: Offer, fleet: _Fleet, bids_serve: bool, snap: Snapshot) -> str:
+def _kind_reason(offer: Offer, fleet: _Fleet, bids_serve: bool, snap: PlannerInput) -> str:
     if offer.interruptible:
         return (f"interruptible: {', '.join(sorted(fleet.bid_kinds))} have slack for a "
                 f"preemption and a re-rent ({duration(PREEMPTION_NOTICE_S + snap.pipeline_s)});"
@@ -692,7 +695,7 @@ def _kind_reason(offer: Offer, fleet: _Fleet, bids_serve: bool, snap: Snapshot) 
     return "on demand: cheaper per proof than any bid within the cap"
 
 
-def _outbid(snap: Snapshot, fleet: _Fleet) -> list[Decision]:
+def _outbid(snap: PlannerInput, fleet: _Fleet) -> list[Decision]:
     """Each outbid host: raise its bid when the competitor's is within the cap, else rent
     elsewhere (destroy it; the rent loop replaces its capacity) when its capacity is missed
     now, else wait a while for the competitor to leave."""

@@ -11,7 +11,7 @@ from django.db.models import Max
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES, KINDS
 from vastmgr.autopilot import planner
 from vastmgr.autopilot.models import Autopilot, ManagedMachine
-from vastmgr.autopilot.planner import Host, KindWork, MachinePhase, Offer, Snapshot
+from vastmgr.autopilot.planner import Host, KindWork, MachinePhase, Offer, PlannerInput
 from vastmgr.fleet.ledger import Reading
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.proofs.models import ProofJob
@@ -150,12 +150,12 @@ def committed_per_hour(counted: tuple[Host, ...], money: Reading) -> float:
     return billed_elsewhere(counted, money) + sum(h.price_per_hour for h in counted)
 
 
-def build(pilot: Autopilot, raw_offers: list[dict], now: datetime) -> Snapshot:
+def build(pilot: Autopilot, raw_offers: list[dict], now: datetime) -> PlannerInput:
     settings = RemoteSettings.load()
     last_change = pilot.last_change_at.timestamp() if pilot.last_change_at else None
     money = Reading.load(now.timestamp())
     counted = hosts(settings, now, money)
-    return Snapshot(
+    return PlannerInput(
         now.timestamp(), work(pilot, now), counted, offers(raw_offers, settings),
         pilot.limits(), pipeline_s(Machine.Provider.VAST),
         frozenset(BadMachine.objects.filter(provider=Machine.Provider.VAST)

@@ -12,7 +12,7 @@ from vastmgr.autopilot.planner import (
     Limits,
     MachinePhase,
     Offer,
-    Snapshot,
+    PlannerInput,
     estimate_offer,
     plan,
 )
@@ -39,8 +39,8 @@ def porep(unfinished: int, oldest_s: float = 0.0, budget_s: float = 5400.0) -> K
     return KindWork("porep-c2", unfinished, oldest_s, budget_s)
 
 
-def snapshot(work=(), hosts=(), offers=(), limits=LIMITS, **more) -> Snapshot:
-    return Snapshot(more.pop("now_s", 10_000.0), tuple(work), tuple(hosts), tuple(offers),
+def snapshot(work=(), hosts=(), offers=(), limits=LIMITS, **more) -> PlannerInput:
+    return PlannerInput(more.pop("now_s", 10_000.0), tuple(work), tuple(hosts), tuple(offers),
                     limits, more.pop("pipeline_s", PIPELINE_S), **more)
 
 
