@@ -43,8 +43,9 @@ async def final(job_id, timeout=90):
 
 @database_sync_to_async
 def local_machine(port: int) -> Machine:
+    """The local engine's machine, running as `run_engine` registers it."""
     return Machine.objects.create(name="local", provider="local", host="127.0.0.1",
-                                  engine_port=port)
+                                  engine_port=port, state=Machine.State.RUNNING)
 
 
 def shown_live(machine):
@@ -176,17 +177,18 @@ async def test_rejected_and_impossible_jobs_fail_with_the_reason(engine):
     assert pinned.status == ProofJob.Status.FAILED and "disabled" in pinned.error
 
 
-async def test_offline_engine_gives_a_failed_job_and_a_clear_message():
+async def test_an_offline_engine_is_refused_before_any_job_exists():
+    """A test proof pinned to a machine whose engine is offline could only fail, and the failure
+    would be charged to the machine: the form refuses it with the reason, and no job is made."""
     machine = await local_machine(1)  # nothing listens there: never seen
     client = await database_sync_to_async(logged_in_client)()
     response = await database_sync_to_async(client.post)(
         "/proofs/new/", {"machine": machine.pk, "kind": "winning-post", "profile": "tiny",
                          "count": 1, "priority": ""}, follow=True)
-    assert response.status_code == 200
-    job = await job_row()
-    assert job.status == ProofJob.Status.FAILED
-    assert "offline" in job.error and machine.name in job.error
-    assert b"Not started: the engine on local is offline" in response.content
+    assert response.status_code == 400
+    assert b"local cannot take a test proof now: the engine on local is offline" in \
+        response.content
+    assert not await ProofJob.objects.aexists()
 
 
 @pytest.mark.parametrize(("cancelled_by", "outcome"), [
