@@ -80,7 +80,8 @@ def running_stack(tmp_path: Path, clean_env: dict, param_cache: Path, *up_args: 
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "up", "--port", str(port),
              "--engine-listen", f"127.0.0.1:{engine_port}",
-             "--callhome-port", str(free_port()), *up_args],
+             # A stack that names its call-home port (a test that calls home) keeps it.
+             "--callhome-port", env.get("VASTMGR_CALLHOME_PORT") or str(free_port()), *up_args],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_http(f"http://127.0.0.1:{port}/accounts/login/", START_TIMEOUT, stack_exited(proc))
