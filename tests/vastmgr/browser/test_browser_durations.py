@@ -6,9 +6,9 @@ the engine's own: from the job's submission on the engine until its last partiti
 keeps the wait of every partition that was synthesized but never reached a device."""
 
 import json
-import time
 import urllib.request
 
+from tests.conftest import eventually
 from tests.vastmgr.browser import test_browser
 from tests.vastmgr.browser.test_browser import PROOF_TIMEOUT_MS, log_in, screenshot
 from tests.vastmgr.browser.test_browser_proofs import DESKTOP, start_proof, wait_for_status
@@ -45,15 +45,16 @@ def test_a_cancelled_proof_has_one_duration_everywhere_and_keeps_its_waits(
     _, engine = engine_url(clean_env)
     # snap-update: 16 partitions on two device workers, so synthesized ones wait for a device
     job_id = start_proof(page, stack, "snap-update", 51)
-    deadline = time.monotonic() + PROOF_TIMEOUT_MS / 1000
-    while True:  # until the engine has partitions both on a device and waiting for one
+    def one_on_a_device_and_one_waiting() -> bool:
         pipeline = pipeline_of(engine_status(engine), job_id)
         states = [p["state"] for p in pipeline["partitions"]] if pipeline else []
         if "gpu" in states and "synth_done" in states:
-            break
-        assert time.monotonic() < deadline, "never a partition waiting beside one on a device"
+            return True
         assert not pipeline or pipeline["status"] == "running", pipeline
-        time.sleep(0.02)
+        return False
+
+    eventually(one_on_a_device_and_one_waiting, PROOF_TIMEOUT_MS / 1000,
+               "never a partition waiting beside one on a device", every=0.02)
     page.locator(f"#proof-{job_id}").get_by_role("button", name="Cancel").click()
     wait_for_status(page, job_id, "cancelled", timeout=60_000)
     page.wait_for_function(

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-from tests.conftest import free_port
+from tests.conftest import eventually, free_port
 from tests.vastmgr.browser import test_browser
 from tests.vastmgr.browser.test_browser import log_in, running_stack, screenshot
 from tests.vastmgr.browser.test_browser_proofs import DESKTOP, start_proof
@@ -86,15 +86,15 @@ def test_a_frozen_engine_stops_every_clock_and_each_says_as_of_when(
         panel, fleet = context.new_page(), context.new_page()
         panel.goto(f"{stack}/machines/{host_pk}/")
         fleet.goto(f"{stack}/")
-        deadline = time.monotonic() + test_browser.PROOF_TIMEOUT_MS / 1000
-        while True:  # until one of its partitions has been on a device for a while
+        def proving_after_a_partition_is_done() -> bool:
             status = engine_status(engine)
             pipeline = pipeline_of(status, job_id)
-            if pipeline and any(w["state"] == "proving" for w in status["gpu_workers"]) \
-                    and any(p["state"] == "done" for p in pipeline["partitions"]):
-                break
-            assert time.monotonic() < deadline, "no partition reached a device"
-            time.sleep(0.05)
+            return bool(pipeline) and any(w["state"] == "proving" for w in status["gpu_workers"]) \
+                and any(p["state"] == "done" for p in pipeline["partitions"])
+
+        # Until one of its partitions has been on a device for a while.
+        eventually(proving_after_a_partition_is_done, test_browser.PROOF_TIMEOUT_MS / 1000,
+                   "no partition reached a device", every=0.05)
         pid = pid_of("cuzk_engine", "serve", f"127.0.0.1:{engine_port}")
         os.kill(pid, signal.SIGSTOP)
         try:

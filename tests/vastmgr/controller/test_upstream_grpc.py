@@ -2,7 +2,6 @@
 when that is on, and flagging where the two mislead. The daemon is the strict fake
 (fake_cuzk_daemon.py); its status server, when a test turns it on, is fake_upstream.py."""
 
-import asyncio
 import html as entities
 import json
 import re
@@ -116,13 +115,13 @@ def status_of_server(daemon: FakeCuzkDaemon) -> dict:
 
 async def on_the_gpu(daemon: FakeCuzkDaemon) -> dict:
     """/status once a partition is on the GPU (after the SRS load and the synthesis)."""
-    deadline = time.monotonic() + 10
-    while True:
+
+    def with_a_partition_on_the_gpu() -> dict | None:
         raw = status_of_server(daemon)
-        if any(p["state"] == "gpu" for pipe in raw["pipelines"] for p in pipe["partitions"]):
-            return raw
-        assert time.monotonic() < deadline, "no partition reached the GPU"
-        await asyncio.sleep(0.05)
+        on_gpu = any(p["state"] == "gpu" for pipe in raw["pipelines"] for p in pipe["partitions"])
+        return raw if on_gpu else None
+
+    return await wait_until(with_a_partition_on_the_gpu, timeout=10, every=0.05)
 
 
 async def test_status_counters_below_the_grpc_totals_are_flagged():
