@@ -459,7 +459,7 @@ class FakeVast:
             "disk_space": float(body["disk"]), "inet_up": offer["inet_up"],
             "inet_down": offer["inet_down"], "ssh_host": "127.0.0.1",
             "ssh_port": 40_000 + instance_id % 20_000, "ssh_idx": "5",
-            "public_ipaddr": self.ssh_endpoint[0] + "\n", "local_ipaddrs": ["10.0.0.2"],
+            "public_ipaddr": self.ssh_endpoint[0] + "\n", "local_ipaddrs": ["127.0.0.2"],
             "direct_port_start": self.ssh_endpoint[1], "direct_port_end": self.ssh_endpoint[1],
             "status_msg": "", "jupyter_token": "never-render-this",
             "extra_env": [[k, v] for k, v in body.get("env", {}).items()]
