@@ -130,6 +130,15 @@ class Dispatcher:
         # Claimed before it is submitted: of several controllers, exactly one submits it.
         if await database_sync_to_async(jobs.claim)(job.pk, host.machine_id) is None:
             return
+        updated = await self._send(job, host)
+        if updated is not None:
+            self.watch_result(updated)
+
+    async def _send(self, job: ProofJob, host: ConnectedEngine) -> ProofJob | None:
+        """Submit a job claimed for `host` under its own id as the request id, so sending it
+        again (a controller that died before it heard the answer) is harmless: the engine
+        answers with the job it already has. Returns the job with the engine's id recorded,
+        None when it did not get through (it is queued again) or ended meanwhile."""
         try:
             answer = await host.client.submit(
                 request_id=str(job.pk), kind=job.kind, profile=job.profile, seed=job.seed,
@@ -138,19 +147,19 @@ class Dispatcher:
             await self.publish_job(await database_sync_to_async(jobs.fail)(
                 job.pk, f"the engine on {self.fleet.machine_name(host.machine_id)} "
                         f"rejected the job: {exc}"))
-            return
+            return None
         except EngineUnreachable as exc:
             log.info("submit of %s to machine %s failed: %s", job.pk, host.machine_id, exc)
             await database_sync_to_async(jobs.unclaim)(job.pk, host.machine_id)
             if exc.status == HTTPStatus.SERVICE_UNAVAILABLE:
                 await database_sync_to_async(jobs.not_accepted)(job.pk, host.machine_id,
                                                                 str(exc))
-            return
+            return None
         updated = await database_sync_to_async(jobs.mark_submitted)(
             job.pk, host.machine_id, str(answer.get("job_id", "")))
         if updated is not None:
-            self.watch_result(updated)
             await self.publish_job(updated)
+        return updated
 
     def watch_result(self, job: ProofJob) -> None:
         key = str(job.pk)
@@ -183,6 +192,15 @@ class Dispatcher:
                 except EngineAPIError as exc:
                     record = None if exc.status == 404 else {
                         "status": "failed", "error": f"engine refused the lookup: {exc}"}
+                if record is None and not engine_job_id:
+                    # Claimed, but the submit's answer was never recorded (the controller
+                    # that sent it died): send it again, which the engine takes as the same
+                    # request if it arrived. Only a job the engine confirmed can be lost.
+                    sent = await self._resend(job_id, ConnectedEngine(live, client))
+                    if sent is None:
+                        return
+                    engine_job_id = sent.engine_job_id
+                    continue
                 if record is None or record.get("status") in TERMINAL_STATUSES:
                     # An outcome in hand is written even if the controller is stopping now.
                     concluding = asyncio.ensure_future(
@@ -221,6 +239,10 @@ class Dispatcher:
             if pipeline.request_id == job_id or pipeline.job_id == record.get("job_id"):
                 return pipeline
         return None
+
+    async def _resend(self, job_id: str, host: ConnectedEngine) -> ProofJob | None:
+        job = await database_sync_to_async(jobs.unconfirmed)(job_id, host.machine_id)
+        return None if job is None else await self._send(job, host)
 
     @database_sync_to_async
     def _still_in_flight(self, job_id: str, machine_id: int) -> bool:

@@ -79,8 +79,9 @@ def claim(job_id, machine_id: int) -> ProofJob | None:
     """Take a queued job for `machine_id` before submitting it (None: another controller has
     it, or it is no longer queued). The row is locked while it is taken and skipped by the
     others, so exactly one controller submits each job. One that dies between the claim and
-    the submit leaves it dispatched to an engine that does not know it: the machine's next
-    watcher finds that out and re-queues it."""
+    the engine's answer leaves it dispatched with no engine id: the machine's next watcher
+    sends it again under the same request id (`unconfirmed`), which the engine takes as the
+    same request if the first one arrived."""
     with transaction.atomic():
         job = (ProofJob.objects.select_for_update(skip_locked=True)
                .filter(pk=job_id, status=ProofJob.Status.QUEUED).first())
@@ -96,6 +97,13 @@ def unclaim(job_id, machine_id: int) -> None:
                                   status=ProofJob.Status.DISPATCHED).first()
     if job is not None:
         job.move_to(ProofJob.Status.QUEUED, progress=None)
+
+
+def unconfirmed(job_id, machine_id: int) -> ProofJob | None:
+    """The job claimed for `machine_id` whose submit was never confirmed (no engine id yet),
+    None when it has been confirmed, re-queued or ended meanwhile."""
+    return ProofJob.objects.in_flight().filter(pk=job_id, machine_id=machine_id,
+                                               engine_job_id="").first()
 
 
 def mark_submitted(job_id, machine_id: int, engine_job_id: str) -> ProofJob | None:

@@ -161,6 +161,24 @@ async def test_a_controller_restart_never_submits_twice(engine):
     assert counters["total_completed"] == 1 and counters["queue_depth"] == 0
 
 
+async def test_a_claim_whose_submit_never_arrived_is_sent_by_the_next_controller(engine):
+    """The previous controller claimed the job and died before its submit reached the engine
+    (the job is dispatched, with no engine id): the next one sends it under the same request
+    id, and nothing is re-queued or reported lost, for nothing was."""
+    machine = await local_machine(engine.port)
+    job = await database_sync_to_async(ProofJob.objects.create)(
+        kind="winning-post", profile="tiny", seed=11, priority="normal")
+    assert await database_sync_to_async(jobs.claim)(job.pk, machine.pk) is not None
+    async with running_controller():
+        job = await final(job.pk)
+    assert job.status == ProofJob.Status.DONE and job.verified, job.error
+    assert job.machine_id == machine.pk and job.engine_job_id == str(job.pk)
+    assert engine.status()["counters"]["total_completed"] == 1
+    said = await database_sync_to_async(lambda: list(Event.objects.filter(
+        message__contains=str(job.pk)).values_list("message", flat=True)))()
+    assert not [m for m in said if "re-queued" in m or "no longer knows" in m], said
+
+
 async def test_rejected_and_impossible_jobs_fail_with_the_reason(engine):
     machine = await local_machine(engine.port)
     gone = await database_sync_to_async(Machine.objects.create)(name="old", provider="local",
