@@ -90,11 +90,15 @@ TITLES = {
     "synthesis-max-uncapped": "synthesis.max_concurrent ignores max_parallel_synthesis",
     "assigned-gpu-empty": "SubmitProof never says which GPU",
     "cancel-noop": "CancelProof said not running, the proof runs on",
+    "kind-names": "one proof kind under three names",
 }
-# Upstream's vocabularies for one proof kind: /status and GetStatus' proof_kind (Display), and the
-# prefix of its SRS circuit ids (porep-32g, ...). Its metrics use a third (porep_c2).
+# Upstream's three vocabularies for one proof kind: /status and GetStatus' proof_kind (Display,
+# the key here, ours too), the prefix of its SRS circuit ids (porep-32g, ...), and its metrics'
+# proof_kind label (ProofKind::metric_label). The one table every translation reads.
 CIRCUIT_PREFIX = {"porep-c2": "porep", "snap-update": "snap", "window-post": "wpost",
                   "winning-post": "winning"}
+METRIC_LABEL = {"porep-c2": "porep_c2", "snap-update": "snap_update",
+                "window-post": "window_post", "winning-post": "winning_post"}
 # cuzk-core config.rs: [synthesis] max_parallel_synthesis defaults to 18.
 MAX_PARALLEL_SYNTHESIS = 18
 
@@ -469,6 +473,18 @@ class LieDetector:
                 "CancelProof is not implemented: it logs a warning and answers "
                 "was_running=false"))
         listed = {row.get("circuit_id", "") for row in daemon.get("loaded_srs", [])}
+        circuits = {kind: sorted(c for c in listed if c.startswith(prefix + "-"))
+                    for kind, prefix in CIRCUIT_PREFIX.items()}
+        named = [f"{kind} is {_list(ids)} in loaded_srs and {METRIC_LABEL[kind]} in the metrics"
+                 for kind, ids in circuits.items() if ids]
+        if named:
+            lies.append(Lie(
+                "kind-names", "; ".join(named),
+                "one proof kind each: this page shows them under the status' name (the SRS id "
+                "adds the sector size); a dashboard joining upstream's metrics to its status by "
+                "kind must map the names the same way",
+                "upstream names a kind three ways: ProofKind's Display in /status and "
+                "GetStatus, metric_label in the metrics, the SRS registry's circuit ids"))
         proving_kinds = {job["proof_kind"] for gpu in daemon.get("gpus", [])
                          for job in gpu.get("jobs", [])}
         for kind in sorted(proving_kinds):

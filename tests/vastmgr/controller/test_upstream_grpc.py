@@ -106,6 +106,18 @@ async def test_an_srs_loaded_on_demand_is_missing_from_loaded_srs():
         assert "srs-unlisted" not in checked(None, STATUS_OFF, await status_of(preloaded))[1]
 
 
+async def test_one_kind_under_three_names_is_flagged():
+    """GetStatus calls a PoRep's SRS porep-32g and its job porep-c2; the metrics say porep_c2."""
+    with FakeCuzkDaemon() as daemon:
+        assert "kind-names" not in checked(None, STATUS_OFF, await status_of(daemon))[1]
+        async with CuzkClient(DaemonAddress.parse(daemon.url).target) as client:
+            await client.preload_srs("porep-32g")
+        merged = merge_sources(None, STATUS_OFF, await status_of(daemon), 1)
+    lies = {lie.code: lie for lie in LieDetector().check(merged, time.time())}
+    assert lies["kind-names"].title == \
+        "porep-c2 is porep-32g in loaded_srs and porep_c2 in the metrics"
+
+
 def status_of_server(daemon: FakeCuzkDaemon) -> dict:
     """The daemon's GET /status, over HTTP as the watcher reads it."""
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.status_port}/status",

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vastmgr.fleet.lie_detector import METRIC_LABEL
+
 
 @dataclass(frozen=True)
 class Bridged:
@@ -62,8 +64,7 @@ MAPPING: dict[str, Bridged] = {
 }
 DROPPED = "cuzk_upstream_bridge_dropped_samples"
 # Upstream's metric labels (ProofKind::metric_label) in the kinds /status and GetStatus use.
-KINDS = {"porep_c2": "porep-c2", "snap_update": "snap-update", "window_post": "window-post",
-         "winning_post": "winning-post"}
+KINDS = {label: kind for kind, label in METRIC_LABEL.items()}
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
