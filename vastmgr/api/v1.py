@@ -51,7 +51,7 @@ from vastmgr.front.proof_views import (
     proof_files,
     unavailable_reason,
 )
-from vastmgr.front.readmodel import load_machines
+from vastmgr.front.readmodel import gpus_on_engines, load_machines
 from vastmgr.lib.errors import SecretUnavailable, VastError
 from vastmgr.lib.params import MAX_ID
 from vastmgr.proofs.models import ProofJob
@@ -380,8 +380,7 @@ def fleet_summary(request: HttpRequest):
     billed = money.billed()
     done_24h = finished.filter(status=ProofJob.Status.DONE).count()
     per_proof = money.per_proof(done_24h)
-    on_engines = sum(len(view.engine_gpus) for view in load_machines(money.now)
-                     if view.machine.state == Machine.State.RUNNING)
+    on_engines = gpus_on_engines(load_machines(money.now))
     return FleetSummary(
         machines=machines.count(),
         by_state=dict(machines.values_list("state").annotate(n=Count("pk")).values_list(

@@ -262,7 +262,10 @@ class MachineView:
 
     @property
     def engine_gpus(self) -> list[dict]:
-        """The engine's devices that are GPUs (an engine proving on the CPU reports "cpu")."""
+        """The engine's devices that are GPUs (an engine proving on the CPU reports "cpu"); an
+        upstream daemon's are those its GetStatus lists, one per device (`map_daemon_status`)."""
+        if "daemon" in self.snapshot:
+            return [dict(gpu) for gpu in self.snapshot["daemon"].get("gpus", [])]
         return [d for d in self.devices if d.get("backend") not in (None, "cpu")]
 
     @property
@@ -423,6 +426,12 @@ STATE_GROUPS = {
 KILLED_WINDOW = timedelta(hours=24)
 
 
+def gpus_on_engines(views: Iterable[MachineView]) -> int:
+    """GPUs the engines of the running machines among `views` report (GPUs rented are the
+    ledger's): the one count the fleet card, the API and the metrics show."""
+    return sum(len(v.engine_gpus) for v in views if v.machine.state == Machine.State.RUNNING)
+
+
 def state_cards(hosts: list[MachineView], now: float) -> dict:
     """Per state group: its label, the filter it links to and how many machines are in it;
     the machines killed in the last 24 h; GPUs, $/h, measured and benchmarked proofs/h."""
@@ -437,7 +446,7 @@ def state_cards(hosts: list[MachineView], now: float) -> dict:
                     "count": sum(1 for h in hosts if h.machine.state in states)}
                    for key, (label, states) in STATE_GROUPS.items()],
         "killed": killed_machines(since - KILLED_WINDOW).count(),
-        "gpus_engines": sum(len(h.engine_gpus) for h in running),
+        "gpus_engines": gpus_on_engines(running),
         "proofs_1h": done_1h,
         "bench_rate": sum(rates) if rates else None,
         "unmanaged": UnmanagedInstance.objects.count(),

@@ -25,7 +25,8 @@ from vastmgr.controller.upstream import STATUS_OFF, map_daemon_status, merge_sou
 from vastmgr.fleet.lie_detector import LieDetector
 from vastmgr.fleet.models import Event, Machine, MachineAction, MachineStatus
 from vastmgr.fleet.transport import DaemonAddress
-from vastmgr.front import fragments
+from vastmgr.front import fragments, readmodel
+from vastmgr.front.fleet_row import render_fleet_row
 from vastmgr.proofs.models import BenchmarkProof
 from vastmgr.remote.cuzk_grpc import proving_pb2 as pb
 from vastmgr.remote.cuzk_grpc.client import CuzkClient
@@ -214,6 +215,10 @@ async def test_a_daemon_on_a_unix_socket_is_watched_through_get_status(monkeypat
     assert "Pipelines <span class=\"not-reported\"" in html
     assert {"gpus-per-worker", "pinned-unreported", "srs-unlisted"} <= lies_in(html)
     assert "through its gRPC API at <code>unix:///" in html
+    # The fleet's row and count read the GPUs GetStatus lists, as for our engine's devices.
+    view = (await database_sync_to_async(readmodel.load_machines)(time.time(), [machine.pk]))[0]
+    assert '<td class="gpu-cell">1 × NVIDIA RTX A6000</td>' in render_fleet_row(view)
+    assert await database_sync_to_async(readmodel.gpus_on_engines)([view]) == 1
 
 
 @pytest.mark.django_db(transaction=True)
