@@ -18,7 +18,7 @@ import pytest
 from devtools.fake_vast import FakeVast
 from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
-from tests.vastmgr.remote.served import Operator, served_stack
+from tests.vastmgr.remote.served import served_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -54,14 +54,6 @@ def stack(tmp_path_factory, param_cache, fake):  # noqa: F811 - the fixture impo
     yield from served_stack(tmp_path_factory.mktemp("callhome"), param_cache, {
         "VAST_URL": fake.url, "VASTMGR_CALLHOME_AUTH": "compat",
         "VASTMGR_CALLHOME_RATE_PER_S": "5", "VASTMGR_CALLHOME_BURST": "100"})
-
-
-@pytest.fixture(scope="module")
-def operator(stack):
-    person = Operator(stack)
-    person.login()
-    yield person
-    assert person.server_errors() == []
 
 
 class Instance:
@@ -272,7 +264,6 @@ def test_a_script_uses_the_json_api_with_a_token_made_on_its_page(stack, fake, o
     assert stray not in fake.vast.instances
     assert home.get("/api/v1/machines")[0] == 404  # the API is not on the call-home port
     assert Instance(stack.url).get("/api/v1/machines")[0] == 401
-
 
 
 def test_an_upstream_worker_rented_from_the_dialog_calls_home_and_its_machine_follows(

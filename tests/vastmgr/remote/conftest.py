@@ -7,9 +7,29 @@ from vastmgr.remote.models import RemoteMachine, Secret
 from .fake_host import FakeHost
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client_key():
     return asyncssh.generate_private_key("ssh-ed25519")
+
+
+@pytest.fixture(scope="module")
+def sshd(client_key):
+    """The real OpenSSH server on loopback, for a module's served stack (see real_sshd.py)."""
+    from .real_sshd import real_sshd, unavailable_reason
+
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    with real_sshd(client_key.export_public_key().decode().strip()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def key_file(tmp_path_factory, client_key):
+    """The client key in a file, as an operator names it on the add-machine form."""
+    path = tmp_path_factory.mktemp("keys") / "id_ed25519"
+    path.write_text(client_key.export_private_key().decode())
+    path.chmod(0o600)
+    return path
 
 
 @pytest.fixture

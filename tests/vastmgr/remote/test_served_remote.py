@@ -15,13 +15,12 @@ import re
 import signal
 import time
 
-import asyncssh
 import pytest
 
 from tests.conftest import eventually, free_port
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 
-from .real_sshd import RealSSHD, host_python, real_sshd, unavailable_reason
+from .real_sshd import RealSSHD, host_python
 from .served import (
     Operator,
     events_of,
@@ -39,19 +38,6 @@ KINDS = ("winning-post", "window-post", "snap-update", "porep-c2")
 
 
 @pytest.fixture(scope="module")
-def client_key():
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture(scope="module")
-def sshd(client_key):
-    if reason := unavailable_reason():
-        pytest.skip(reason)
-    with real_sshd(client_key.export_public_key().decode().strip()) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(tmp_path_factory, param_cache, sshd):  # noqa: F811 - the fixture imported above
     # The host has no network: pip installs our wheel alone (the engine's dependencies are on
     # its PYTHONPATH, see real_sshd.py); one tiny benchmark proof gates it.
@@ -59,24 +45,6 @@ def stack(tmp_path_factory, param_cache, sshd):  # noqa: F811 - the fixture impo
         "VASTMGR_PROVISION_PIP_ARGS": "--no-index", "VASTMGR_REMOTE_PYTHON": host_python(),
         "VASTMGR_MIN_BENCH_RATE": "0.01", "VASTMGR_BENCH_KIND": "winning-post",
         "VASTMGR_BENCH_PROFILE": "tiny", "VASTMGR_BENCH_PROOFS": "1"})
-
-
-@pytest.fixture(scope="module")
-def key_file(tmp_path_factory, client_key):
-    path = tmp_path_factory.mktemp("keys") / "id_ed25519"
-    path.write_text(client_key.export_private_key().decode())
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture(scope="module")
-def operator(stack):
-    person = Operator(stack)
-    person.login()
-    yield person
-    assert person.server_errors() == []
-
-
 
 
 def logins(sshd: RealSSHD) -> int:

@@ -13,7 +13,6 @@ import os
 import re
 from pathlib import Path
 
-import asyncssh
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,25 +23,11 @@ from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.remote.cuzk_grpc import proving_pb2 as pb
 from vastmgr.remote.cuzk_grpc.client import CuzkClient
 
-from .real_sshd import real_sshd, unavailable_reason
 from .served import Operator, machine_id, served_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 C1 = json.dumps({"registered_proof": "StackedDrg32GiBV1_1", "vanilla_proofs": {}})
-
-
-@pytest.fixture(scope="module")
-def client_key():
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture(scope="module")
-def sshd(client_key):
-    if reason := unavailable_reason():
-        pytest.skip(reason)
-    with real_sshd(client_key.export_public_key().decode().strip()) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -63,22 +48,6 @@ def daemon(tmp_path_factory):
 def stack(tmp_path_factory, param_cache, sshd):  # noqa: F811 - the fixture imported above
     yield from served_stack(tmp_path_factory.mktemp("served-grpc"), param_cache, {
         "VASTMGR_UPSTREAM_INTERVAL": "0.5", "VASTMGR_METRICS_RELAY_INTERVAL_S": "1"})
-
-
-@pytest.fixture(scope="module")
-def key_file(tmp_path_factory, client_key):
-    path = tmp_path_factory.mktemp("keys") / "id_ed25519"
-    path.write_text(client_key.export_private_key().decode())
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture(scope="module")
-def operator(stack):
-    person = Operator(stack)
-    person.login()
-    yield person
-    assert person.server_errors() == []
 
 
 def daemon_call(daemon: FakeCuzkDaemon, call):

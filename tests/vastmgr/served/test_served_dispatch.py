@@ -42,14 +42,6 @@ def stack(tmp_path_factory, param_cache):  # noqa: F811 - the fixture imported a
     yield from served_stack(tmp_path_factory.mktemp("served-dispatch"), param_cache, {})
 
 
-@pytest.fixture(scope="module")
-def operator(stack):
-    person = Operator(stack)
-    person.login()
-    yield person
-    assert not person.server_errors(), person.server_errors()
-
-
 def engine_status(port: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as answer:
         return json.load(answer)
