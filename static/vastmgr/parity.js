@@ -129,10 +129,20 @@
     return Math.max(1, Math.ceil(dph / maxPerProof - 1e-9));
   }
 
+  function bidding(dialog) {
+    var chosen = dialog.querySelector("[name=offer_type]:checked");
+    var bid = Number(dialog.querySelector("[name=bid_price]").value);
+    return chosen && chosen.value === "bid" && bid > 0 ? bid : null;
+  }
+
   function renderRent(dialog) {
     var max = Number(dialog.querySelector("[name=max_price_per_proof]").value);
+    var bid = bidding(dialog);
     dialog.querySelectorAll(".rent-summary tbody tr").forEach(function (row) {
+      // At a bid, Vast bills the disk (dph_total - dph_base) plus the bid.
       var dph = Number(row.getAttribute("data-dph"));
+      if (bid !== null) dph = dph - Number(row.getAttribute("data-dph-base")) + bid;
+      row.querySelector(".dph").textContent = "$" + dph.toFixed(3);
       row.querySelector(".per-day").textContent = "$" + (dph * 24).toFixed(2);
       row.querySelector(".min-rate").textContent = max > 0 ? String(minRate(dph, max)) : "—";
     });
@@ -146,28 +156,35 @@
       form.querySelectorAll("input[name=offer_ids]").forEach(function (el) { el.remove(); });
       var body = dialog.querySelector(".rent-summary tbody");
       body.textContent = "";
+      var highestMinBid = 0;
       rows.forEach(function (row) {
         var hidden = document.createElement("input");
         hidden.type = "hidden";
         hidden.name = "offer_ids";
         hidden.value = row.getAttribute("data-offer-id");
         form.appendChild(hidden);
-        var dph = Number(row.getAttribute("data-dph"));
+        var minBid = Number(row.getAttribute("data-min-bid"));
+        highestMinBid = Math.max(highestMinBid, minBid || 0);
         var tr = document.createElement("tr");
-        tr.setAttribute("data-dph", String(dph));
-        [row.getAttribute("data-offer-id"), row.getAttribute("data-gpus"), "$" + dph.toFixed(3)]
+        tr.setAttribute("data-dph", row.getAttribute("data-dph"));
+        tr.setAttribute("data-dph-base", row.getAttribute("data-dph-base"));
+        [row.getAttribute("data-offer-id"), row.getAttribute("data-gpus")]
           .forEach(function (text) {
             var td = document.createElement("td");
             td.textContent = text;
             tr.appendChild(td);
           });
-        ["per-day", "min-rate"].forEach(function (name) {
+        ["dph", "min-bid", "per-day", "min-rate"].forEach(function (name) {
           var td = document.createElement("td");
           td.className = name;
           tr.appendChild(td);
         });
+        tr.querySelector(".min-bid").textContent = minBid ? "$" + minBid.toFixed(4) : "—";
         body.appendChild(tr);
       });
+      // The bid starts at the highest minimum of the offers chosen: every one takes it.
+      var bid = dialog.querySelector("[name=bid_price]");
+      if (highestMinBid > 0) { bid.value = highestMinBid.toFixed(4); bid.min = highestMinBid.toFixed(4); }
       dialog.querySelector(".rent-count").textContent =
         rows.length + " offer" + (rows.length === 1 ? "" : "s");
       renderRent(dialog);

@@ -13,7 +13,16 @@ from vastmgr.fleet.models import Machine
 from vastmgr.fleet.transport import DaemonAddress
 from vastmgr.instances.models import SECRET_ENV
 from vastmgr.remote.config import parse_env
-from vastmgr.remote.vast import DEFAULT_DISK_GB, MIN_RATE_ENV, Deployment, OfferFilter
+from vastmgr.remote.vast import (
+    DEFAULT_DISK_GB,
+    INTERRUPTIBLE,
+    MAX_BID,
+    MIN_BID,
+    MIN_RATE_ENV,
+    ON_DEMAND,
+    Deployment,
+    OfferFilter,
+)
 
 DEFAULT_ENGINE_PORT = Machine._meta.get_field("engine_port").default
 MAX_PRICE_PER_HOUR = 100  # $/h: far above any GPU rental; a typo's extra digits are refused
@@ -159,7 +168,15 @@ class ApiKeyForm(forms.Form):
         return "; ".join(str(e) for errors in self.errors.values() for e in errors)
 
 
+# What an operator rents: Vast's on-demand offers, or interruptible ones at a bid.
+OFFER_TYPE_CHOICES = ((ON_DEMAND, "On demand"), (INTERRUPTIBLE, "Interruptible (bid)"))
+
+
 class OfferSearchForm(forms.Form):
+    offer_type = forms.ChoiceField(
+        required=False, choices=OFFER_TYPE_CHOICES, label="Offer type",
+        help_text="Interruptible offers are priced at the machine's minimum bid; a higher bid "
+                  "stops them until it is raised")
     gpu_name = forms.CharField(required=False, max_length=100, label="GPU name")
     num_gpus = forms.IntegerField(required=False, min_value=1, max_value=16, label="GPUs")
     min_cpu_ram_gb = forms.FloatField(required=False, min_value=0, label="Min RAM (GB)")
@@ -299,6 +316,13 @@ class RentForm(ErrorMessage, forms.Form):
     env = forms.CharField(max_length=ENV_MAX, required=False, strip=False, label="Env")
     onstart = forms.CharField(max_length=ONSTART_MAX, required=False, strip=False,
                               label="Onstart")
+    offer_type = forms.ChoiceField(choices=OFFER_TYPE_CHOICES, required=False,
+                                   label="Offer type")
+    # Vast's own bounds on a bid; each offer's minimum bid and its on-demand price (the cap)
+    # are checked against the market when it is rented.
+    bid_price = forms.DecimalField(min_value=Decimal(str(MIN_BID)),
+                                   max_value=Decimal(str(MAX_BID)), max_digits=8,
+                                   decimal_places=4, required=False, label="Bid ($/h)")
 
     DEFAULT_MAX_PRICE_PER_PROOF = Decimal("0.008")  # vast-manager's default
 
@@ -328,12 +352,21 @@ class RentForm(ErrorMessage, forms.Form):
     def clean_env(self) -> dict[str, str]:
         return checked_env(self.cleaned_data["env"], self.kept_env)
 
+    def clean_offer_type(self) -> str:
+        return self.cleaned_data["offer_type"] or ON_DEMAND
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
         if data.get("engine_flavour") == Machine.Flavour.CUZK_UPSTREAM and \
                 "image" in data and not data["image"]:
             self.add_error("image", "an upstream worker needs the image it runs")
+        if data.get("offer_type") == INTERRUPTIBLE:
+            if data.get("bid_price") is None and "bid_price" not in self.errors:
+                self.add_error("bid_price", "an interruptible rental needs a bid: at least "
+                                            "the offer's minimum bid")
+        elif "offer_type" in data:
+            data["bid_price"] = None  # on demand: a bid typed before switching is not sent
         return data
 
     def deployment(self) -> "Deployment":

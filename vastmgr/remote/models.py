@@ -91,6 +91,9 @@ class RemoteMachine(models.Model):
     # The benchmark this machine must reach (proofs/h), chosen when it was rented from a
     # maximum price per proof; empty: the configured minimum.
     min_bench_rate = models.PositiveIntegerField(null=True, blank=True)
+    # An interruptible rental's bid for its GPUs ($/h), as placed when it was rented; empty:
+    # on demand. Vast's current minimum bid there is in vast_facts (min_bid).
+    bid_price = models.DecimalField(max_digits=8, decimal_places=4, null=True, blank=True)
 
     def __str__(self) -> str:
         return f"remote {self.machine.name}"

@@ -590,6 +590,30 @@ class RentRequest:
                    **overrides)
 
 
+def bid_refusal(bid: float, on_demand: dict, as_bid: dict | None) -> str:
+    """Why `bid` ($/h for the GPUs) is not placed on an offer ("" when it is), from the same
+    offer searched on demand and as a bid: at least the machine's minimum bid now (below it
+    Vast creates the instance stopped, billing its disk for nothing), and below the machine's
+    own on-demand price, the cap (interruptible capacity at that price is only worse)."""
+    minimum = as_bid.get("min_bid") if as_bid else None
+    price = on_demand.get("dph_base")
+    if not isinstance(minimum, int | float) or not isinstance(price, int | float):
+        return "Vast gives no minimum bid or no on-demand price for it: not rented"
+    if bid < minimum:
+        return (f"the bid ${bid:.4f}/h is below the machine's minimum bid ${minimum:.4f}/h now "
+                "(Vast would create it stopped)")
+    if bid >= price:
+        return (f"the bid ${bid:.4f}/h is not below the machine's on-demand price "
+                f"${price:.4f}/h: rent it on demand")
+    return ""
+
+
+def priced_at_bid(offer: dict, bid: float) -> dict:
+    """The on-demand `offer` as an interruptible rental at `bid` bills it: its disk and
+    the bid (Vast's dph_total is the GPUs' dph_base plus the disk)."""
+    return {**offer, "dph_base": bid, "dph_total": offer["dph_total"] - offer["dph_base"] + bid}
+
+
 async def rent(client: VastClient, request: RentRequest) -> Machine:
     """Create an instance for a Machine row made first, with a label and an SSH key of its own.
 
@@ -636,8 +660,9 @@ def _register_renting(request: RentRequest, key: asyncssh.SSHKey) -> tuple[Machi
             engine_flavour=request.deployment.flavour,
             **({"engine_port": UPSTREAM_STATUS_PORT} if request.deployment.upstream else {}),
         )
-        remote = RemoteMachine.objects.create(machine=machine, vast_label=label,
-                                           min_bench_rate=request.min_bench_rate)
+        remote = RemoteMachine.objects.create(
+            machine=machine, vast_label=label, min_bench_rate=request.min_bench_rate,
+            bid_price=None if request.bid_price is None else _price(request.bid_price))
         Secret.store(remote.ssh_key_secret_name, key.export_private_key().decode())
         what = f" (image {request.deployment.image})" if request.deployment.upstream else ""
         if request.bid_price is not None:
@@ -708,7 +733,7 @@ def _price(dph) -> Decimal | None:
 # gpu_temp in °C, cpu_ram and gpu_ram in MB, mem_usage and mem_limit in GB, start_date in s).
 VAST_FACTS = ("gpu_name", "num_gpus", "gpu_ram", "gpu_util", "gpu_temp", "cpu_ram",
               "mem_usage", "mem_limit", "start_date", "cuda_max_good", "inet_down", "inet_up",
-              "disk_space", "reliability2", "geolocation")
+              "disk_space", "reliability2", "geolocation", "min_bid")
 
 
 def _apply_facts(machine: Machine, instance: dict, listed_at: datetime) -> None:

@@ -301,6 +301,9 @@ def offers(request: AuthenticatedHttpRequest) -> HttpResponse:
             results = vast.annotate_offers(found)
         except (vast.VastError, SecretUnavailable) as exc:
             error = str(exc)
+    # The dialog rents as the offers were searched: a bid search opens it on a bid.
+    rent["offer_type"] = (search.cleaned_data.get("offer_type") if search.is_bound and
+                          search.is_valid() else "") or vast.ON_DEMAND
     hidden = 0
     if search.is_bound and search.is_valid() and search.cleaned_data["hide_bad"]:
         shown = [o for o in results if not o["bad_host"]]
@@ -358,17 +361,29 @@ def set_api_key(request: AuthenticatedHttpRequest) -> HttpResponse:
 @staff_only
 @require_POST
 def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """Rent one or several offers from the rent dialog: each machine must then benchmark at
-    least ceil($/h ÷ max $/proof) proofs/h. The dialog's values are remembered for the user."""
+    """Rent one or several offers from the rent dialog, on demand or interruptibly at one bid:
+    each machine must then benchmark at least ceil($/h ÷ max $/proof) proofs/h. Every offer
+    is priced first; a bid an offer refuses (below its minimum, at or above its on-demand
+    price) is a 400 and nothing is rented. The dialog's values are remembered for the user."""
     try:
         kept = upstream_env(RentPreference.objects.filter(user=request.user).first())
     except SecretUnavailable:
         kept = {}  # a masked line then asks for its value again
     form = RentForm(request.POST, kept_env=kept)
     if not form.is_valid():
-        return HttpResponseBadRequest(f"Not rented: {form.error_message()}",
-                                      content_type="text/plain; charset=utf-8")
+        return _not_rented(form.error_message())
     data = form.cleaned_data
+    bid = float(data["bid_price"]) if data["bid_price"] is not None else None
+    priced, failed, refused = {}, [], []
+    for offer_id in data["offer_ids"]:
+        try:
+            priced[offer_id] = priced_offer(offer_id, data["disk_gb"], bid)
+        except BidRefused as exc:
+            refused.append(f"offer {offer_id}: {exc}")
+        except (vast.VastError, SecretUnavailable) as exc:
+            failed.append(f"offer {offer_id}: {exc}")
+    if refused:
+        return _not_rented("; ".join(refused))
     with transaction.atomic():
         preference, _ = RentPreference.objects.update_or_create(user=request.user, defaults={
             "max_price_per_proof": data["max_price_per_proof"], "disk_gb": data["disk_gb"],
@@ -376,38 +391,68 @@ def rent_offers(request: AuthenticatedHttpRequest) -> HttpResponse:
             "onstart": data["onstart"]})
         preference.set_env(data["env"])
     rented = []
-    for offer_id in data["offer_ids"]:
+    for offer_id, offer in priced.items():
         try:
-            rented.append(rent_offer(offer_id, data["disk_gb"], form.deployment(),
-                                     max_price_per_proof=data["max_price_per_proof"]))
+            rented.append(rent_priced(offer, data["disk_gb"], form.deployment(), bid=bid,
+                                      max_price_per_proof=data["max_price_per_proof"]))
         except (vast.VastError, SecretUnavailable) as exc:
-            messages.error(request, f"offer {offer_id}: {exc}")
+            failed.append(f"offer {offer_id}: {exc}")
+    for problem in failed:
+        messages.error(request, problem)
     for machine in rented:
-        messages.info(request, f"rented {machine.name}: it must benchmark at least "
+        how = f" interruptibly at a bid of ${bid:.4f}/h" if bid is not None else ""
+        messages.info(request, f"rented {machine.name}{how}: it must benchmark at least "
                                f"{machine.remote.min_bench_rate} proofs/h")
     if len(rented) == 1 and len(data["offer_ids"]) == 1:
         return redirect("remote:machine", rented[0].pk)
     return redirect("fleet" if rented else "remote:offers")
 
 
-def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
-               max_price_per_proof: Decimal | None = None, min_rate: int | None = None
-               ) -> Machine:
-    """Rent one offer by id; its machine must benchmark `min_rate` proofs/h, else
-    ceil($/h ÷ max $/proof)."""
+def _not_rented(reason: str) -> HttpResponse:
+    return HttpResponseBadRequest(f"Not rented: {reason}",
+                                  content_type="text/plain; charset=utf-8")
+
+
+class BidRefused(vast.VastError):
+    """A bid the offer does not take (vast.bid_refusal says why): the operator's input."""
+
+
+def priced_offer(offer_id: int, disk_gb: int, bid: float | None = None) -> dict:
+    """The offer by id (any offer in the market, not only those shown), priced with the disk
+    the rent asks for, and at `bid` when it is rented interruptibly."""
     client = vast.VastClient.from_settings()
-    # Looked up by id, so any offer in the market can be rented, priced with the disk the
-    # rent asks for.
     offer = async_to_sync(client.offer)(offer_id, disk_gb=disk_gb)
     if offer is None:
         raise vast.VastError(f"offer {offer_id} is no longer available")
     if offer.get("dph_total") is None:
         raise vast.VastError(f"offer {offer_id} has no price: not rented")
+    if bid is None:
+        return offer
+    as_bid = async_to_sync(client.offer)(offer_id, disk_gb=disk_gb,
+                                         offer_type=vast.INTERRUPTIBLE)
+    if refusal := vast.bid_refusal(bid, offer, as_bid):
+        raise BidRefused(refusal)
+    return vast.priced_at_bid(offer, bid)
+
+
+def rent_offer(offer_id: int, disk_gb: int, deployment: vast.Deployment, *,
+               max_price_per_proof: Decimal | None = None, min_rate: int | None = None
+               ) -> Machine:
+    """Rent one offer on demand by id; its machine must benchmark `min_rate` proofs/h, else
+    ceil($/h ÷ max $/proof)."""
+    return rent_priced(priced_offer(offer_id, disk_gb), disk_gb, deployment,
+                       max_price_per_proof=max_price_per_proof, min_rate=min_rate)
+
+
+def rent_priced(offer: dict, disk_gb: int, deployment: vast.Deployment, *,
+                bid: float | None = None, max_price_per_proof: Decimal | None = None,
+                min_rate: int | None = None) -> Machine:
+    """Rent an offer as `priced_offer` priced it (interruptibly when `bid` is given)."""
     request = vast.RentRequest.from_offer(
-        offer, disk_gb=disk_gb, deployment=deployment,
+        offer, disk_gb=disk_gb, deployment=deployment, bid_price=bid,
         min_bench_rate=min_rate or min_bench_rate(
             offer["dph_total"], max_price_per_proof or RentForm.DEFAULT_MAX_PRICE_PER_PROOF))
-    return async_to_sync(vast.rent)(client, request)
+    return async_to_sync(vast.rent)(vast.VastClient.from_settings(), request)
 
 
 def bad_machines(request: AuthenticatedHttpRequest) -> HttpResponse:
