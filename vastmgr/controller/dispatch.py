@@ -21,8 +21,13 @@ from vastmgr.fleet.liveness import LIVE, connection_state
 from vastmgr.front import proof_panel
 from vastmgr.proofs import jobs, placement
 from vastmgr.proofs.models import ProofJob
+from vastmgr.remote.models import RemoteMachine
 
 log = logging.getLogger(__name__)
+
+
+def closed_machine_ids() -> set[int]:
+    return draining_machine_ids() | RemoteMachine.outbid_machine_ids()
 
 RESULT_WAIT = 10.0  # seconds per long-poll for a job's result
 CONCLUDE_TIMEOUT = 30.0  # seconds a stopping controller gives the results it holds
@@ -38,7 +43,7 @@ class Dispatcher:
         self.cancelling: set[str] = set()  # job ids whose engine cancel is under way
         self.concluding: set[asyncio.Future] = set()  # results being written
         self.result_faults = FaultRecorder("fleet controller result collection")
-        self.draining: set[int] = set()
+        self.closed: set[int] = set()  # machines that take no new work now
 
     async def stop(self) -> None:
         """Write the results already in hand, then stop waiting for the others."""
@@ -91,8 +96,9 @@ class Dispatcher:
             queued = await database_sync_to_async(jobs.queued_jobs)()
         if not queued:
             return
-        # Hosts the autopilot drains take no new work; they are destroyed once theirs is done.
-        self.draining = await database_sync_to_async(draining_machine_ids)()
+        # Hosts the autopilot drains take no new work (they are destroyed once theirs is done),
+        # nor do outbid ones (their jobs were just re-queued from them).
+        self.closed = await database_sync_to_async(closed_machine_ids)()
         by_id = {}
         for job in queued:
             if job.machine is not None:
@@ -114,7 +120,7 @@ class Dispatcher:
         unfinished jobs its status lists (those others submitted included)."""
         hosts = [(h, snapshot) for h in self.live_machines()
                  if (snapshot := h.live.engine_snapshot()) is not None and snapshot.accepting
-                 and h.machine_id not in self.draining]
+                 and h.machine_id not in self.closed]
         if not hosts:
             return {}
         ours = await database_sync_to_async(jobs.holding_by_machine)()

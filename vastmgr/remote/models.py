@@ -6,6 +6,7 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
+from vastmgr.fleet.liveness import OUTBID
 from vastmgr.fleet.models import Event, Machine
 from vastmgr.remote import secrets
 from vastmgr.remote.config import format_env, parse_env
@@ -129,6 +130,13 @@ class RemoteMachine(models.Model):
     def for_machine(cls, machine: Machine) -> "RemoteMachine":
         remote, _ = cls.objects.get_or_create(machine=machine)
         return remote
+
+    @classmethod
+    def outbid_machine_ids(cls) -> set[int]:
+        """Machines Vast stopped for a higher bid: they take no new work, even while their
+        engine's link has not yet noticed that it is gone."""
+        return set(cls.objects.filter(vast_status=OUTBID).values_list("machine_id",
+                                                                           flat=True))
 
 
 class VastNotification(models.Model):

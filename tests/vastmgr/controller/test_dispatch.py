@@ -101,6 +101,27 @@ async def test_engine_killed_mid_job_requeues_and_finishes_after_it_is_back(engi
     assert engine.status()["counters"]["total_completed"] == 1
 
 
+async def test_an_outbid_machine_takes_no_new_work_while_its_engine_still_answers(engine):
+    """Vast said outbid (a webhook is quicker than the engine's link noticing it is gone):
+    the jobs just re-queued from it must not go back to it."""
+    from vastmgr.remote.models import RemoteMachine
+
+    machine = await local_machine(engine.port)
+    remote = await database_sync_to_async(RemoteMachine.objects.create)(
+        machine=machine, vast_status="outbid")
+    async with running_controller() as controller:
+        await wait_until(lambda: machine.pk in controller.hosts
+                         and controller.hosts[machine.pk].live.connected)
+        job = await database_sync_to_async(ProofJob.objects.create)(
+            kind="winning-post", profile="tiny", seed=7, priority="normal")
+        await controller.dispatcher.dispatch()
+        assert (await job_row(job.pk)).status == ProofJob.Status.QUEUED
+        remote.vast_status = "running"  # its bid raised: it runs again
+        await database_sync_to_async(remote.save)(update_fields=["vast_status"])
+        job = await final(job.pk)
+    assert (job.status, job.machine_id) == (ProofJob.Status.DONE, machine.pk)
+
+
 async def test_engine_stopped_gracefully_loses_nothing(engine):
     """SIGTERM drains the engine: the running job finishes and its result is collected; the
     queued ones it cancels go back to the queue (with an Event) and finish on the next engine."""

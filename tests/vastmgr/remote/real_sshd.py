@@ -220,7 +220,8 @@ class RealSSHD:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(process.split()[0]), signal.SIGKILL)
 
-    def remove_user(self) -> None:
+    def kill_processes(self) -> None:
+        """Every process of the user killed, as a host that stops does."""
         def none_left() -> bool:
             # A process may start another between the listing and the kill: kill until none is.
             for process in self.user_processes():
@@ -229,6 +230,9 @@ class RealSSHD:
             return not self.user_processes()
 
         eventually(none_left, 10, f"every process of {self.user} killed", every=0.05)
+
+    def remove_user(self) -> None:
+        self.kill_processes()
         subprocess.run(["userdel", "--remove", self.user], check=False,
                        stderr=subprocess.DEVNULL)
 

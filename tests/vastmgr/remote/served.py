@@ -4,9 +4,12 @@ codes and timings of every answer kept, so a test can assert that no page 500s o
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -15,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.fake_vast import FakeVast
 from tests.conftest import eventually
 from tests.vastmgr.served.test_faults import ADMIN, PASSWORD, Stack
 
@@ -74,6 +78,40 @@ class Operator:
 
     def server_errors(self) -> list[str]:
         return [f"{url}: {a.status}" for url, a in self.answers if a.status >= 500]
+
+
+class FakeOnItsLoop:
+    """The strict fake Vast on its own event loop in a thread, for the stack's processes to
+    call; the test reaches its state on that loop, never from another thread. `options` go to
+    FakeVast (its boot times, SSH endpoint, market)."""
+
+    def __init__(self, api_key: str, **options) -> None:
+        self.api_key = api_key
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.fake = FakeVast(api_key, **options)
+        self.url = asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(30)
+
+    def __call__(self, function, *args, **kwargs):
+        async def run():
+            return function(*args, **kwargs)
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def console(self, instance_id: int, state: str) -> None:
+        """Stop or start an instance as another Vast client does (the console, the CLI)."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v0/instances/{instance_id}/", method="PUT",
+            data=json.dumps({"state": state}).encode(),
+            headers={"Authorization": f"Bearer {self.api_key}",
+                     "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
 
 def start_stack(root: Path, param_cache: Path, env: dict[str, str]) -> Stack:

@@ -26,17 +26,22 @@ URL = "/remote/vast/webhook/"
 REMOTE = RemoteSettings(vast_webhook_secret=SECRET)
 
 
-def deliver(client, payload: dict, *, secret: str = SECRET, stamp: int | None = None,
-            event_id: str | None = None, signature: str | None = None, attempt: int = 1):
-    """POST as Vast does: the raw body signed over "<timestamp>.<body>"."""
-    body = json.dumps(payload).encode()
+def signed(body: bytes, *, secret: str = SECRET, stamp: int | None = None,
+           event_id: str | None = None, signature: str | None = None,
+           attempt: int = 1) -> dict[str, str]:
+    """The headers Vast sends with `body`: the raw body signed over "<timestamp>.<body>"."""
     stamp = int(time.time()) if stamp is None else stamp
     digest = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return client.generic(
-        "POST", URL, body, content_type="application/json",
-        headers={"X-Vast-Event-Id": event_id or uuid.uuid4().hex,
-                 "X-Vast-Delivery-Attempt": str(attempt), "X-Vast-Timestamp": str(stamp),
-                 "X-Vast-Signature-256": signature or f"sha256={digest}"})
+    return {"X-Vast-Event-Id": event_id or uuid.uuid4().hex,
+            "X-Vast-Delivery-Attempt": str(attempt), "X-Vast-Timestamp": str(stamp),
+            "X-Vast-Signature-256": signature or f"sha256={digest}"}
+
+
+def deliver(client, payload: dict, **signing):
+    """POST as Vast does."""
+    body = json.dumps(payload).encode()
+    return client.generic("POST", URL, body, content_type="application/json",
+                          headers=signed(body, **signing))
 
 
 def event(notif_type: str, **more) -> dict:

@@ -24,10 +24,8 @@ disagreement."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -36,10 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from devtools.fake_vast import FakeVast
 from tests.conftest import eventually
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
-from tests.vastmgr.remote.served import Operator, served_stack
+from tests.vastmgr.remote.served import FakeOnItsLoop, Operator, served_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -50,37 +47,6 @@ AUTOMATION_INTERVAL_S = 2
 RATE_TOLERANCE = 0.0002
 # What the product's own actions may trail the fake by (the HTTP call itself), in dollars.
 ROUNDING = 0.001
-
-
-class FakeOnItsLoop:
-    """The fake Vast on its own event loop in a thread, for the stack's processes to call; the
-    test reaches its state on that loop, never from another thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.fake = FakeVast(API_KEY, boot_s=(3600.0, 7200.0))
-        self.url = asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(30)
-
-    def __call__(self, function, *args):
-        async def run():
-            return function(*args)
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
-
-    def console(self, instance_id: int, state: str) -> None:
-        """Stop or start an instance as another Vast client does (the console, the CLI)."""
-        request = urllib.request.Request(
-            f"{self.url}/api/v0/instances/{instance_id}/", method="PUT",
-            data=json.dumps({"state": state}).encode(),
-            headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            assert answer.status == 200
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @dataclass
@@ -311,7 +277,7 @@ def _row(html: str, name: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def vast():
-    fake = FakeOnItsLoop()
+    fake = FakeOnItsLoop(API_KEY, boot_s=(3600.0, 7200.0))
     yield fake
     fake.close()
 
