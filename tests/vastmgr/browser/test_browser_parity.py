@@ -145,6 +145,22 @@ def test_an_operator_drives_the_parity_features(stack, page, fake_vast):
         assert rows.nth(index).locator(".min-rate").text_content() == str(
             math.ceil(Decimal(str(dph)) / Decimal("0.01")))
         assert rows.nth(index).locator(".per-day").text_content() == f"${dph * 24:.2f}"
+    # Interruptible: the bid shows, starts at the highest minimum bid of the offers chosen, and
+    # prices each offer at it (its disk plus the bid).
+    bid = rent.locator("input[name=bid_price]")
+    assert not bid.is_visible()
+    rent.locator("input[name=offer_type][value=bid]").check()
+    offers = [page.locator(f"#offer-{rows.nth(i).locator('td').first.text_content()}")
+              for i in range(2)]
+    min_bids = [float(offer.get_attribute("data-min-bid")) for offer in offers]
+    assert bid.is_visible() and bid.input_value() == f"{max(min_bids):.4f}"
+    for index, offer in enumerate(offers):
+        at_bid = float(offer.get_attribute("data-dph")) - \
+            float(offer.get_attribute("data-dph-base")) + max(min_bids)
+        assert rows.nth(index).locator(".dph").text_content() == f"${at_bid:.3f}"
+        assert rows.nth(index).locator(".min-bid").text_content() == f"${min_bids[index]:.4f}"
+    rent.locator("input[name=offer_type][value=on-demand]").check()
+    assert not bid.is_visible()
     page.keyboard.press("Escape")
     assert not rent.is_visible()
 

@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 API_KEY = "vast-interruptible-key-0123456789"
 WEBHOOK_SECRET = "whsec-served-interruptible-0123456789"
 MACHINE_ID = 40_001  # the one machine of the fake's market
-JOBS = 8  # porep-c2 proofs in the batch: enough that both engines hold some at once
+JOBS = 6  # porep-c2 proofs in the batch: enough that both engines hold some at once
 
 
 @pytest.fixture(scope="module")
