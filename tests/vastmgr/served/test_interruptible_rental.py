@@ -79,14 +79,6 @@ def stack(tmp_path_factory, param_cache, vast):  # noqa: F811 - the fixture impo
         "VASTMGR_BENCH_PROFILE": "tiny", "VASTMGR_BENCH_PROOFS": "1"})
 
 
-@pytest.fixture(scope="module")
-def operator(stack):
-    person = Operator(stack)
-    person.login()
-    yield person
-    assert person.server_errors() == []
-
-
 def deliver(stack, payload: dict, **signing) -> int:
     """POST to the product's webhook route as Vast does (no session: the signature is all)."""
     body = json.dumps(payload).encode()
