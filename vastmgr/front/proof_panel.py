@@ -10,11 +10,12 @@ from django.urls import reverse
 
 from cuzk_engine.groth16 import PROOF_BYTES
 from cuzk_engine.vocabulary import PARTITION_PHASES
+from vastmgr.front import proof_table
 from vastmgr.front.fragments import render_toast
 from vastmgr.front.readmodel import load_machines
 from vastmgr.front.viewers import fleet_group, machine_group
-from vastmgr.proofs.models import ETA_MIN_RUNS, ProofJob
-from vastmgr.proofs.progress import JobProgress, partition_title, segments
+from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.progress import ETA_MIN_RUNS, JobProgress, partition_title, segments
 
 
 def phase_legend() -> list[tuple[str, str]]:
@@ -117,3 +118,8 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
 
 def render_proof(job: ProofJob) -> str:
     return render_to_string("proofs/fragments/proof_detail.html", proof_context(job))
+
+
+def proof_updates(job: ProofJob) -> list[tuple[str, str]]:
+    """What a change of `job` pushes: its panel to its page, its row to the Proofs list."""
+    return [(proof_group(job.pk), render_proof(job)), *proof_table.row_updates(job)]

@@ -55,6 +55,11 @@ def secret_key(data: Path) -> str:
     return key
 
 
+# IMMEDIATE: a transaction takes the write lock when it begins and waits its turn for it
+# (see `database`).
+SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+
+
 def database(data: Path) -> dj_database_url.DBConfig:
     url = os.environ.get("DATABASE_URL")
     if not url:
@@ -67,7 +72,7 @@ def database(data: Path) -> dj_database_url.DBConfig:
         # an offer, and Cancel, 500'd so while the automation, the controller or the call-home
         # listener wrote.
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data / "vastmgr.sqlite3"),
-                "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+                "OPTIONS": dict(SQLITE_OPTIONS),
                 "TEST": {"NAME": str(data / "test-vastmgr.sqlite3")}}
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
@@ -75,6 +80,9 @@ def database(data: Path) -> dj_database_url.DBConfig:
         raise SettingsError(f"DATABASE_URL is malformed: {exc}") from None
     if not config.get("ENGINE") or not config.get("NAME"):
         raise SettingsError("DATABASE_URL is malformed: it names no database engine or database")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # A SQLite file named by the URL waits its turn like the default one.
+        config["OPTIONS"] = {**SQLITE_OPTIONS, **config.get("OPTIONS", {})}
     return config
 
 

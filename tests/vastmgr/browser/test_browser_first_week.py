@@ -5,9 +5,12 @@ JSON API, i.e. the database, or the fake Vast). One stack serves the whole modul
 opens its own browser context. Screenshots go to test-output/browser/first-week-*.png."""
 
 import asyncio
+import json
 import os
 import re
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +51,13 @@ def fake_vast() -> Iterator[FakeVast]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
+def engine_port() -> int:
+    """The stack's local engine: what it says is the truth the pages are held to."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, param_cache, fake_vast, engine_port) -> Iterator[str]:
     tmp_path = tmp_path_factory.mktemp("first-week")
     # As tests/conftest.py's clean_env, for the whole module.
     env = {k: v for k, v in os.environ.items()
@@ -57,7 +66,7 @@ def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
     env.update(VASTMGR_DATA_DIR=str(tmp_path / "data"), DJANGO_SETTINGS_MODULE="vastmgr.settings",
                PYTHONPATH=str(REPO), VAST_URL=fake_vast.url,
                VASTMGR_CALLHOME_PORT=str(free_port()))
-    with running_stack(tmp_path, env, param_cache) as url:
+    with running_stack(tmp_path, env, param_cache, engine_port=engine_port) as url:
         yield url
 
 
@@ -424,3 +433,78 @@ def test_a_retry_from_two_tabs_is_one_retry_on_the_chosen_machine(stack, page, b
                if p["retry_of"] == job_id]
     assert len(retries) == 1, retries
     assert retries[0]["machine"] == local["id"], retries  # still the chosen machine
+
+
+# How long a page may take to show what the engine said: a controller tick (0.5 s), the push,
+# and a loaded machine. The Proofs list polled every 5 s before it followed the pushes.
+CATCH_UP_MS = 3_500
+
+
+def engine_pipelines(engine_port: int, job_ids: list[str]) -> dict[str, dict]:
+    """The engine's own word on our jobs (by request id = job id): status, partitions done."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/status", timeout=5) as answer:
+        pipelines = json.load(answer)["pipelines"]
+    return {p["request_id"]: {"status": p["status"], "done": p["partitions_done"]}
+            for p in pipelines if p["request_id"] in job_ids}
+
+
+SHOWS_AT_LEAST = """truth => Object.entries(truth).every(([id, t]) => {
+    const row = document.getElementById(`job-${id}`);
+    if (!row) return false;
+    const status = row.querySelector("td [data-job-status]").dataset.jobStatus;
+    const final = ["done", "failed", "cancelled"];
+    if (final.includes(t.status)) return status === t.status;
+    if (final.includes(status) || t.done === 0) return true;
+    const shown = row.cells[5].textContent.match(/(\\d+)\\/\\d+/);  // "70% 7/10"
+    return shown !== null && Number(shown[1]) >= t.done;
+})"""
+
+
+def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, engine_port):
+    """A batch of porep-c2 proofs (10 partitions each) watched on the Proofs list: every state
+    the engine reports (partitions done, the end) reaches each row within a controller tick
+    and a push, never at the next 5-s poll; a row never says running once its job ended; a
+    running job's "so far" and time left run in the browser, as on its own page."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "porep-c2")
+    page.select_option("#id_profile", "tiny")
+    page.fill("#id_count", "6")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/\?kind=porep-c2$"))
+    rows = page.locator("#proof-rows tr[id^=job-]")
+    job_ids = [(rows.nth(i).get_attribute("id") or "").removeprefix("job-") for i in range(6)]
+    assert len(set(job_ids)) == 6
+
+    compared, seen_running = 0, False
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        truth = engine_pipelines(engine_port, job_ids)
+        try:
+            page.wait_for_function(SHOWS_AT_LEAST, arg=truth, timeout=CATCH_UP_MS, polling=50)
+        except PlaywrightTimeout as lag:
+            shown = {i: page.locator(f"#job-{i}").inner_text() for i in truth}
+            raise AssertionError(f"the list did not catch up with the engine within "
+                                 f"{CATCH_UP_MS} ms:\nengine: {truth}\nlist: {shown}") from lag
+        compared += 1
+        running = [i for i, t in truth.items() if t["status"] == "running" and t["done"]]
+        if running:
+            seen_running = True
+            row = page.locator(f"#job-{running[0]}")
+            if row.locator("td [data-job-status]").get_attribute("data-job-status") == "running":
+                # its clocks run in the browser: the time left is one estimate, said in words
+                assert row.locator(".duration .tick").count() == 1, row.inner_html()
+                assert row.locator("[data-eta]").count() == 1, row.inner_html()
+        if len(truth) == 6 and all(t["status"] == "done" for t in truth.values()):
+            break
+    assert seen_running and compared >= 3, (compared, seen_running)
+    # Ended: no row says running, each says done as the database has it.
+    statuses = {p["id"]: p["status"] for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]}
+    for job_id in job_ids:
+        assert statuses[job_id] == "done"
+        assert page.locator(f"#job-{job_id} td [data-job-status]").get_attribute(
+            "data-job-status") == "done"
+    assert "running" not in page.locator("#proof-rows").inner_text()
+    shot(page, "proofs-list")
