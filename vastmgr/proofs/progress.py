@@ -110,6 +110,37 @@ def segments(partition: PartitionSnapshot,
     return stages
 
 
+# The job's own waits before its partitions, as its timeline labels them.
+JOB_WAIT_LABELS = {"engine_queue": "waiting in the engine's queue",
+                   "generating_parameters": "generating parameters",
+                   "loading_parameters": "loading parameters",
+                   "parameters": "loading or generating parameters"}
+
+
+def job_waits(progress: JobProgress, timings: Mapping | None) -> list[tuple[str, float, float]]:
+    """The job's waits before any partition could start, on its time axis (milliseconds from
+    its submission on the engine): (`engine_queue` | a JOB_WAIT_LABELS parameter key, start,
+    length). An ended job's come from the engine's timings; a running one's from its pipeline:
+    a first use of a circuit generates its parameters, which can be most of the job's time."""
+    if timings and timings.get("total_ms") is not None:
+        queued, params, key = timings.get("queue_ms") or 0.0, timings.get("srs_load_ms"), \
+            "parameters"
+    else:
+        if progress.queued_ms is None or progress.elapsed_s is None:
+            return []
+        queued, key = progress.queued_ms, "parameters"
+        if progress.engine_phase in PARAMETER_PHASES:
+            key = progress.engine_phase
+            params = progress.elapsed_s * 1000.0 - queued  # still waiting, as of the snapshot
+        else:
+            ready = progress.ready_s
+            params = None if ready is None else ready * 1000.0 - queued
+    waits = [("engine_queue", 0.0, queued)] if queued >= 1.0 else []
+    if params is not None and params >= 1.0:
+        waits.append((key, queued, params))
+    return waits
+
+
 def proof_duration_ms(partitions: Iterable[PartitionSnapshot],
                       total_ms: float | None) -> float | None:
     """A proof's duration, the one definition every page, the API and /metrics show: from its
@@ -171,7 +202,8 @@ class JobProgress:
     """A job's pipeline as last seen on its engine: `status` is the engine's (queued, running,
     done, failed, cancelled), not the dashboard's; `engine_phase` its job phase, held for
     `phase_secs` when seen; `elapsed_s` the time since its submission there (the engine's
-    `started_secs_ago`); `as_of` when it was seen (seconds since the epoch)."""
+    `started_secs_ago`), `queued_ms` its wait in the engine's queue; `as_of` when it was seen
+    (seconds since the epoch)."""
 
     status: str | None = None
     error: str | None = None
@@ -181,6 +213,7 @@ class JobProgress:
     params_progress: float | None = None
     as_of: float | None = None
     elapsed_s: float | None = None
+    queued_ms: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping | None, as_of: float | None = None) -> JobProgress:
@@ -191,21 +224,22 @@ class JobProgress:
         return cls(data.get("status"), data.get("error"),
                    tuple(partition_from_json(p) for p in data.get("partitions", ())),
                    data.get("phase"), data.get("phase_secs"), data.get("params_progress"),
-                   data.get("as_of", as_of), data.get("started_secs_ago"))
+                   data.get("as_of", as_of), data.get("started_secs_ago"),
+                   data.get("queued_ms"))
 
     @classmethod
     def of_pipeline(cls, pipeline: PipelineSnapshot, as_of: float | None = None) -> JobProgress:
         """From our engine's typed pipeline."""
         return cls(pipeline.status, pipeline.error, tuple(pipeline.partitions), pipeline.phase,
                    pipeline.phase_secs, pipeline.params_progress, as_of,
-                   pipeline.started_secs_ago)
+                   pipeline.started_secs_ago, pipeline.queued_ms)
 
     def to_json(self) -> dict:
         return {"status": self.status, "error": self.error,
                 "partitions": [p._asdict() for p in self.partitions],
                 "phase": self.engine_phase, "phase_secs": self.phase_secs,
                 "params_progress": self.params_progress, "as_of": self.as_of,
-                "started_secs_ago": self.elapsed_s}
+                "started_secs_ago": self.elapsed_s, "queued_ms": self.queued_ms}
 
     def engine_now(self, now: float) -> float | None:
         """`now` (epoch seconds) on the job's time axis: seconds since its submission on the

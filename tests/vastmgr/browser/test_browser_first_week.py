@@ -8,6 +8,8 @@ import asyncio
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -19,9 +21,17 @@ import pytest
 
 from cuzk_engine.vocabulary import PARTITION_PHASES
 from devtools.fake_vast import FakeVast
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.browser import test_browser
-from tests.vastmgr.browser.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, running_stack
+from tests.vastmgr.browser.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PASSWORD,
+    USER,
+    log_in,
+    running_stack,
+    wait_until_done_and_verified,
+)
 
 param_cache = test_browser.param_cache
 pytestmark = test_browser.pytestmark
@@ -122,6 +132,38 @@ def add_ssh_machine(page, stack: str, name: str) -> int:
 def machine_named(page, name: str) -> dict:
     [found] = [m for m in api(page, "/api/v1/machines") if m["name"] == name]
     return found
+
+
+# Pixels of the series' colour in a chart's canvas (the line, or a lone point's dot).
+SERIES_PIXELS = """figure => {
+    const hex = getComputedStyle(document.documentElement).getPropertyValue("--chart-rate").trim();
+    const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+    const canvas = figure.querySelector("canvas");
+    const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+    let count = 0;
+    for (let i = 0; i < pixels.length; i += 4) {
+        if (pixels[i + 3] > 200 && want.every((v, c) => Math.abs(pixels[i + c] - v) < 40)) count++;
+    }
+    return count;
+}"""
+
+
+def test_a_24_h_chart_with_one_point_draws_it_and_says_so(stack, page):
+    """First in the module: the stack has run for less than one 24-h point (4 min), so the
+    24-h proofs/min chart has one point. It is drawn (a dot in the series' colour, where a
+    line of one point drew nothing) and the chart says why it is a dot."""
+    local_id = machine_named(page, "local")["id"]
+
+    def one_point() -> bool:
+        page.goto(f"{stack}/machines/{local_id}/?window=24h")
+        return page.locator(f"#host-{local_id}-charts .chart-note").count() == 1
+    eventually(one_point, 90, "the 24-h chart's first point (two samples, 10 s apart)", every=2)
+    assert "one point so far" in page.locator(f"#host-{local_id}-charts small").inner_text()
+    figure = page.locator(f"#host-{local_id}-charts figure[data-series=rate]")
+    assert page.evaluate("f => f.querySelector('.plot')._uplot.data[1].filter(v => v != null)"
+                         ".length", figure.element_handle()) == 1
+    assert figure.evaluate(SERIES_PIXELS) > 5
+    shot(page, "chart-one-point", full_page=False)
 
 
 def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(stack, page):
@@ -508,3 +550,145 @@ def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, 
             "data-job-status") == "done"
     assert "running" not in page.locator("#proof-rows").inner_text()
     shot(page, "proofs-list")
+
+
+def test_a_command_run_beside_the_stack_works_on_the_stacks_data(stack, page):
+    """`manage.py machines list` in another shell, without VASTMGR_DATA_DIR, while the stack
+    runs with its own data directory: it lists the stack's machines (as the JSON API has
+    them) and says whose data it read, rather than the checkout's var/."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"VASTMGR_DATA_DIR", "DATABASE_URL", "REDIS_URL", "SECRET_KEY"}}
+    listed = subprocess.run([sys.executable, "manage.py", "machines", "list"], check=False, cwd=REPO,
+                            env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    names = sorted(m["name"] for m in api(page, "/api/v1/machines") if m["state"] != "killed")
+    assert sorted(line.split()[0] for line in listed.stdout.splitlines()[1:]) == names, \
+        listed.stdout
+    said = listed.stderr
+    assert "using the data directory of the stack ./dev up runs" in said, said
+    assert f"not {REPO / 'var'}" in said, said
+
+
+def test_the_timeline_labels_the_wait_for_parameters(stack, page):
+    """A window-post proof (no other test here proves one, so the engine first generates its
+    parameters, then loads them from disk): its timeline starts with the job's own waits, the
+    engine's queue and its parameters, as labelled bars, so no stretch of it is blank and
+    unexplained before the first partition."""
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "window-post")
+    page.select_option("#id_profile", "tiny")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
+    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    wait_until_done_and_verified(page, job_id)
+    timings = api(page, f"/api/v1/proofs/{job_id}")["timings"]
+    assert timings["srs_load_ms"] >= 1, timings  # its parameters took time
+    timeline = page.locator(f"#proof-{job_id} .gantt")
+    params = timeline.locator(".gantt-job [data-wait=parameters]")
+    assert params.inner_text().startswith("loading or generating parameters"), \
+        timeline.inner_html()
+    edges = timeline.evaluate("""t => [...t.querySelectorAll(".seg")].map(s => [
+        parseFloat(s.style.left), parseFloat(s.style.left) + parseFloat(s.style.width),
+        s.closest(".gantt-job") !== null])""")
+    # Covered from the start: the job's waits begin at 0, the partitions where they end.
+    assert min(left for left, _, _ in edges) <= 0.5, edges
+    waits_end = max(right for _, right, job in edges if job)
+    first_partition = min(left for left, _, job in edges if not job)
+    assert abs(first_partition - waits_end) < 3, edges
+    assert "loading or generating parameters" in timeline.locator(".legend").inner_text()
+    shot(page, "proof-timeline", full_page=False)
+
+
+FOCUS_RING = """() => {
+    const e = document.activeElement, style = getComputedStyle(e);
+    return {tag: e.tagName, text: (e.innerText || e.name || e.id || "").trim().slice(0, 40),
+            style: style.outlineStyle, width: parseFloat(style.outlineWidth),
+            colour: style.outlineColor, background: getComputedStyle(e.parentElement).backgroundColor};
+}"""
+
+
+def tab_to(page, target, limit: int = 80) -> None:
+    """Press Tab until `target` has the focus, as a person without a mouse does; it must
+    show a focus ring when it gets there."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if target.evaluate("e => e === document.activeElement"):
+            ring = page.evaluate(FOCUS_RING)
+            assert ring["style"] != "none" and ring["width"] >= 2, ring
+            assert ring["colour"] != ring["background"], ring
+            return
+    raise AssertionError(f"{target} not reached with Tab in {limit} presses")
+
+
+def test_the_main_actions_work_from_the_keyboard(stack, browser):
+    """Log in, run test proofs, cancel one and retry it, add a machine and destroy it (with
+    its confirmation), with Tab, Enter and Space only; every control on the way shows where
+    the focus is, in both colour schemes."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.goto(f"{stack}/accounts/login/")
+    page.keyboard.type(USER)  # the username field has the focus first
+    tab_to(page, page.locator("#id_password"))
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{stack}/")
+
+    # Three snap-update proofs: the last waits in the dashboard's queue behind the others.
+    page.goto(f"{stack}/proofs/new/")
+    tab_to(page, page.locator("#id_machine"))
+    page.keyboard.press("ArrowDown")  # from "auto" to the one machine that can prove
+    tab_to(page, page.locator("#id_kind"))
+    page.keyboard.type("snap")
+    tab_to(page, page.locator("#id_count"))
+    page.keyboard.press("Control+A")
+    page.keyboard.type("3")
+    tab_to(page, page.locator("form.proof-form").get_by_role("button", name="Start"))
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/proofs/\?kind=snap-update$"))
+    mine = api(page, "/api/v1/proofs?kind=snap-update")["items"][:3]
+    assert [p["status"] for p in mine].count("queued") >= 1, mine
+    waiting = next(p["id"] for p in mine if p["status"] == "queued")
+    tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Cancel"))
+    page.keyboard.press("Space")
+    page.locator(f"#job-{waiting} td [data-job-status=cancelled]").wait_for()
+    assert api(page, f"/api/v1/proofs/{waiting}")["status"] == "cancelled"
+    tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Retry"))
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "/proofs/" in url and waiting not in url
+                      and "kind=" not in url)
+    retry_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    assert api(page, f"/api/v1/proofs/{retry_id}")["retry_of"] == waiting
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+    for proof in [*mine, {"id": retry_id}]:  # the engine is free again for the next test
+        page.request.post(f"{stack}/api/v1/proofs/{proof['id']}/cancel",
+                          headers={"X-CSRFToken": csrf, "Referer": f"{stack}/proofs/"})
+
+    # Add a machine, then destroy it: the confirmation answers to the keyboard too.
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    page.goto(f"{stack}/remote/machines/add/")
+    name = "keys-box"
+    for field, value in (("#id_name", name), ("#id_host", "127.0.0.1"),
+                         ("#id_ssh_port", str(free_port())), ("#id_private_key", key)):
+        tab_to(page, page.locator(field))
+        page.keyboard.press("Control+A")
+        page.keyboard.type(value)
+    tab_to(page, page.get_by_role("button", name="Add without testing"))
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    machine_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    tab_to(page, page.get_by_role("button", name="Destroy…"))
+    page.keyboard.press("Enter")
+    eventually(lambda: api(page, f"/api/v1/machines/{machine_id}")["state"] == "killed", 30,
+               "the machine destroyed from the keyboard")
+    assert asked == [f"Destroy {name}? This cannot be undone."]
+
+    # The ring shows in the dark scheme too, on the page and on the top bar.
+    page.emulate_media(color_scheme="dark")
+    page.goto(f"{stack}/proofs/new/")
+    tab_to(page, page.locator("header.topbar").get_by_role("link", name="Proofs"))
+    tab_to(page, page.locator("form.proof-form").get_by_role("button", name="Start"))
+    context.close()
