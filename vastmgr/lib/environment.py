@@ -39,11 +39,14 @@ STACK_RECORD = "running-stack.json"
 
 
 def data_dir(base_dir: Path) -> Path:
-    """VASTMGR_DATA_DIR, else the data directory of a stack that `./dev up` runs from this
-    checkout (a management command run beside it works on the stack's data, and says so),
-    else the checkout's var/."""
+    """VASTMGR_DATA_DIR, else, for a management command (not `up`), the data directory of a
+    stack that `./dev up` runs from this checkout (the command works on the stack's data, and
+    says so), else the checkout's var/. Other programs that load the settings (pytest, mypy)
+    never follow a stack: their data must not move with what happens to run."""
     chosen = os.environ.get("VASTMGR_DATA_DIR")
-    path = Path(chosen) if chosen else running_stack_dir(base_dir / "var") or base_dir / "var"
+    beside = not chosen and _management_command() not in (None, "up")
+    path = Path(chosen) if chosen else (beside and running_stack_dir(base_dir / "var")) \
+        or base_dir / "var"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -90,6 +93,13 @@ def forget_running_stack(record: Path) -> None:
             record.unlink()
     except (OSError, ValueError):
         pass
+
+
+def _management_command() -> str | None:
+    """The `manage.py` command this process runs (None: not manage.py)."""
+    if Path(sys.argv[0]).name != "manage.py" or len(sys.argv) < 2:
+        return None
+    return sys.argv[1]
 
 
 def _alive(pid: int) -> bool:

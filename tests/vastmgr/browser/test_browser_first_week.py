@@ -154,15 +154,20 @@ def test_a_24_h_chart_with_one_point_draws_it_and_says_so(stack, page):
     line of one point drew nothing) and the chart says why it is a dot."""
     local_id = machine_named(page, "local")["id"]
 
+    charts = page.locator(f"#host-{local_id}-charts[data-window='24h'][data-drawn]")
+
     def one_point() -> bool:
         page.goto(f"{stack}/machines/{local_id}/?window=24h")
-        return page.locator(f"#host-{local_id}-charts .chart-note").count() == 1
+        charts.wait_for()  # the socket's first state carries the default window, then 24 h
+        return charts.locator(".chart-note").count() == 1
     eventually(one_point, 90, "the 24-h chart's first point (two samples, 10 s apart)", every=2)
-    assert "one point so far" in page.locator(f"#host-{local_id}-charts small").inner_text()
-    figure = page.locator(f"#host-{local_id}-charts figure[data-series=rate]")
-    assert page.evaluate("f => f.querySelector('.plot')._uplot.data[1].filter(v => v != null)"
-                         ".length", figure.element_handle()) == 1
-    assert figure.evaluate(SERIES_PIXELS) > 5
+    assert "one point so far" in charts.locator(".chart-head small").inner_text()
+    figure = charts.locator("figure[data-series=rate]")
+    assert figure.evaluate("f => f.querySelector('.plot')._uplot.data[1]"
+                           ".filter(v => v != null).length") == 1
+    page.wait_for_function(f"() => ({SERIES_PIXELS})(document.querySelector("
+                           f"'#host-{local_id}-charts figure[data-series=rate]')) > 5",
+                           timeout=10_000)
     shot(page, "chart-one-point", full_page=False)
 
 
@@ -539,15 +544,15 @@ def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, 
                 # its clocks run in the browser: the time left is one estimate, said in words
                 assert row.locator(".duration .tick").count() == 1, row.inner_html()
                 assert row.locator("[data-eta]").count() == 1, row.inner_html()
-        if len(truth) == 6 and all(t["status"] == "done" for t in truth.values()):
+        ended = [p for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]
+                 if p["id"] in job_ids and p["status"] == "done"]
+        if len(ended) == len(job_ids):
             break
     assert seen_running and compared >= 3, (compared, seen_running)
-    # Ended: no row says running, each says done as the database has it.
-    statuses = {p["id"]: p["status"] for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]}
-    for job_id in job_ids:
-        assert statuses[job_id] == "done"
-        assert page.locator(f"#job-{job_id} td [data-job-status]").get_attribute(
-            "data-job-status") == "done"
+    # Ended (the database says so): each row says done, none says running.
+    page.wait_for_function(SHOWS_AT_LEAST, arg={i: {"status": "done", "done": 10}
+                                                for i in job_ids},
+                           timeout=CATCH_UP_MS, polling=50)
     assert "running" not in page.locator("#proof-rows").inner_text()
     shot(page, "proofs-list")
 
