@@ -431,6 +431,7 @@ def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
     local_id = machine_named(page, "local")["id"]
     pages = {"fleet": "/", "machine-panel": f"/machines/{local_id}/",
              "machine-page": f"/remote/machines/{machine_id}/", "proof-new": "/proofs/new/",
+             "proofs": "/proofs/",
              "command": "/remote/machines/command/", "notifications": "/notify/",
              "bad-machines": "/remote/bad-machines/"}
     for scheme in SCHEMES:
@@ -661,10 +662,10 @@ def test_the_main_actions_work_from_the_keyboard(stack, browser):
     assert api(page, f"/api/v1/proofs/{waiting}")["status"] == "cancelled"
     tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Retry"))
     page.keyboard.press("Enter")
-    page.wait_for_url(lambda url: "/proofs/" in url and waiting not in url
-                      and "kind=" not in url)
-    retry_id = page.url.rstrip("/").rsplit("/", 1)[1]
-    assert api(page, f"/api/v1/proofs/{retry_id}")["retry_of"] == waiting
+    retry_id = eventually(lambda: next((
+        p["id"] for p in api(page, "/api/v1/proofs?kind=snap-update")["items"]
+        if p["retry_of"] == waiting), None), 30, "the retry made from the keyboard")
+    page.locator(f"#job-{retry_id}").wait_for()  # back on the list, which shows it
     csrf = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
     for proof in [*mine, {"id": retry_id}]:  # the engine is free again for the next test
         page.request.post(f"{stack}/api/v1/proofs/{proof['id']}/cancel",
