@@ -539,12 +539,14 @@ def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, 
         compared += 1
         running = [i for i, t in truth.items() if t["status"] == "running" and t["done"]]
         if running:
-            seen_running = True
             row = page.locator(f"#job-{running[0]}")
             if row.locator("td [data-job-status]").get_attribute("data-job-status") == "running":
                 # its clocks run in the browser: the time left is one estimate, said in words
                 assert row.locator(".duration .tick").count() == 1, row.inner_html()
                 assert row.locator("[data-eta]").count() == 1, row.inner_html()
+                if not seen_running:
+                    shot(page, "proofs-list-running")
+            seen_running = True
         ended = [p for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]
                  if p["id"] in job_ids and p["status"] == "done"]
         if len(ended) == len(job_ids):
@@ -641,7 +643,8 @@ def test_the_main_actions_work_from_the_keyboard(stack, browser):
     page.keyboard.press("Enter")
     page.wait_for_url(f"{stack}/")
 
-    # Three snap-update proofs: the last waits in the dashboard's queue behind the others.
+    # Six snap-update proofs: the engine gets three (two workers and one ahead), the others
+    # wait in the dashboard's queue.
     page.goto(f"{stack}/proofs/new/")
     tab_to(page, page.locator("#id_machine"))
     page.keyboard.press("ArrowDown")  # from "auto" to the one machine that can prove
@@ -649,11 +652,11 @@ def test_the_main_actions_work_from_the_keyboard(stack, browser):
     page.keyboard.type("snap")
     tab_to(page, page.locator("#id_count"))
     page.keyboard.press("Control+A")
-    page.keyboard.type("3")
+    page.keyboard.type("6")
     tab_to(page, page.locator("form.proof-form").get_by_role("button", name="Start"))
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r".*/proofs/\?kind=snap-update$"))
-    mine = api(page, "/api/v1/proofs?kind=snap-update")["items"][:3]
+    mine = api(page, "/api/v1/proofs?kind=snap-update")["items"][:6]
     assert [p["status"] for p in mine].count("queued") >= 1, mine
     waiting = next(p["id"] for p in mine if p["status"] == "queued")
     tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Cancel"))
