@@ -168,6 +168,7 @@ def test_a_24_h_chart_with_one_point_draws_it_and_says_so(stack, page):
     page.wait_for_function(f"() => ({SERIES_PIXELS})(document.querySelector("
                            f"'#host-{local_id}-charts figure[data-series=rate]')) > 5",
                            timeout=10_000)
+    charts.scroll_into_view_if_needed()
     shot(page, "chart-one-point", full_page=False)
 
 
