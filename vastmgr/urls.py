@@ -30,6 +30,7 @@ urlpatterns = [
          name="machine-charts"),
     path("fragments/machines/<int:machine_id>/state/", fleet_views.machine_state,
          name="machine-state"),
+    path("fragments/proofs/", proof_views.proof_table_fragment, name="proofs-fragment"),
     path("fragments/proofs/<uuid:job_id>/", proof_views.proof_fragment, name="proof-fragment"),
     path("remote/", include("vastmgr.remote.urls")),
     path("notify/", include("vastmgr.notify.urls")),

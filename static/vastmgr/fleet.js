@@ -86,6 +86,16 @@
     busy: { label: "GPU busy", axis: "GPU busy %", unit: " %", digits: 1, colour: ["--chart-busy", "#dd6b20"] }
   };
 
+  // A value with no value beside it (a window's only sample so far, one after a gap) is no
+  // line: drawn as a dot, or the chart would look empty while it has a point.
+  function lonePoints(u, seriesIdx) {
+    var values = u.data[seriesIdx], lone = [];
+    for (var i = 0; i < values.length; i++) {
+      if (values[i] != null && values[i - 1] == null && values[i + 1] == null) lone.push(i);
+    }
+    return lone.length ? lone : null;
+  }
+
   function drawCharts() {
     charts = charts.filter(function (c) {
       if (c.el.isConnected) return true;
@@ -124,7 +134,7 @@
           series: [
             { label: "time" },
             { label: spec.label, stroke: cssVar(spec.colour[0], spec.colour[1]), width: 1.5,
-              spanGaps: false, points: { show: false },
+              spanGaps: false, points: { show: false, size: 7, filter: lonePoints },
               value: function (u, v) { return v == null ? "—" : v.toFixed(spec.digits) + spec.unit; } }
           ]
         }, [data.t, data[key]], target);

@@ -41,6 +41,19 @@ def test_database_url_selects_postgres(python, clean_env):
     assert s["db"] == "django.db.backends.postgresql"
 
 
+def test_a_sqlite_database_url_waits_its_turn_as_the_default_database_does(
+        python, clean_env, tmp_path):
+    """Deferred transactions that read and then write fail at once with "database is locked"
+    when another process wrote in between: a SQLite file named by DATABASE_URL gets the
+    default database's IMMEDIATE mode and timeout."""
+    script = ("import json, django; django.setup(); from django.conf import settings; "
+              "print(json.dumps(settings.DATABASES['default']['OPTIONS']))")
+    for env in ({}, {"DATABASE_URL": f"sqlite:///{tmp_path / 'ops.sqlite3'}"}):
+        out = subprocess.run([python, "-c", script], env={**clean_env, **env},
+                             capture_output=True, text=True, check=True)
+        assert json.loads(out.stdout) == {"transaction_mode": "IMMEDIATE", "timeout": 20}, env
+
+
 def test_generated_secret_key_is_persisted_in_the_data_dir(python, clean_env, tmp_path):
     first = load_settings(python, clean_env)["key"]
     second = load_settings(python, clean_env)["key"]

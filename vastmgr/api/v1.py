@@ -42,11 +42,11 @@ from vastmgr.fleet.liveness import LIVE, machine_connection
 from vastmgr.fleet.models import Event, Machine, MachineStatus
 from vastmgr.front.fleet_forms import EventListForm
 from vastmgr.front.proof_forms import ProofListForm, TestProofForm
+from vastmgr.front.proof_table import filtered_jobs
 from vastmgr.front.proof_views import (
     ARCHIVE_NAME,
     FILES,
     create_jobs,
-    filtered_jobs,
     proof_archive,
     proof_files,
     unavailable_reason,

@@ -315,13 +315,12 @@ class Dispatcher:
     async def publish_job(self, job: ProofJob | None) -> None:
         if job is None:
             return
-        html = await database_sync_to_async(_render_job)(job)
-        messages = [(proof_panel.proof_group(job.pk), html)]
+        messages = await database_sync_to_async(_job_updates)(job)
         if job.status == ProofJob.Status.FAILED:
             messages += await database_sync_to_async(proof_panel.proof_failed_notices)(job)
         await self.fleet.publisher.send(messages)
 
 
-def _render_job(job: ProofJob) -> str:
+def _job_updates(job: ProofJob) -> list[tuple[str, str]]:
     job = ProofJob.objects.select_related("machine").get(pk=job.pk)
-    return proof_panel.render_proof(job)
+    return proof_panel.proof_updates(job)

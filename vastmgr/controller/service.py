@@ -407,8 +407,8 @@ class FleetController:
                         fields)
             update_rows(Machine, [s.machine for s in statuses if s.machine.last_seen is not None],
                         ["last_seen"])
-        messages = [(proof_panel.proof_group(job.pk), proof_panel.render_proof(job))
-                    for job in proof_jobs.values()]
+        messages = [message for job in proof_jobs.values()
+                    for message in proof_panel.proof_updates(job)]
         return messages, cancels, list(proof_jobs.values())
 
     # ---- machines and watchers ------------------------------------------------------------

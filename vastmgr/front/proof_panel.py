@@ -10,11 +10,19 @@ from django.urls import reverse
 
 from cuzk_engine.groth16 import PROOF_BYTES
 from cuzk_engine.vocabulary import PARTITION_PHASES
+from vastmgr.front import proof_table
 from vastmgr.front.fragments import render_toast
 from vastmgr.front.readmodel import load_machines
 from vastmgr.front.viewers import fleet_group, machine_group
-from vastmgr.proofs.models import ETA_MIN_RUNS, ProofJob
-from vastmgr.proofs.progress import JobProgress, partition_title, segments
+from vastmgr.proofs.models import ProofJob
+from vastmgr.proofs.progress import (
+    ETA_MIN_RUNS,
+    JOB_WAIT_LABELS,
+    JobProgress,
+    job_waits,
+    partition_title,
+    segments,
+)
 
 
 def phase_legend() -> list[tuple[str, str]]:
@@ -50,27 +58,34 @@ def proof_failed_notices(job: ProofJob) -> list[tuple[str, str]]:
     return [(group, html) for group in groups]
 
 
-def gantt(progress: JobProgress, duration_ms: float | None = None) -> dict:
-    """Each partition's synthesis, wait for a device, device time and finalization as bars on
+def gantt(progress: JobProgress, duration_ms: float | None = None,
+          timings: dict | None = None) -> dict:
+    """The job's own waits (in the engine's queue, for its parameters: `job_waits`), then each
+    partition's synthesis, wait for a device, device time and finalization, as labelled bars on
     one time axis (offsets from the job's submission on its engine). An ended job's axis is its
     duration (`ProofJob.engine_duration`), and a partition that never reached a device shows
     its wait until then."""
+    waits = job_waits(progress, timings)
     bars: list[dict] = []
     end = duration_ms or 1.0
+    for _, start, length in waits:
+        end = max(end, start + length)
     for p in progress.partitions:
         stages = segments(p, duration_ms)
         for _, start, length in stages:
             end = max(end, start + length)
         bars.append({"index": p.index, "state": p.state, "segments": stages,
                      "title": partition_title(p)})
+
+    def placed(phase: str, start: float, length: float) -> dict:
+        return {"phase": phase, "left": round(100 * start / end, 2),
+                "width": max(round(100 * length / end, 2), 0.3), "ms": round(length)}
+
     for bar in bars:
-        bar["segments"] = [
-            {"phase": phase, "left": round(100 * start / end, 2),
-             "width": max(round(100 * length / end, 2), 0.3), "ms": round(length)}
-            for phase, start, length in bar["segments"]
-        ]
-    return {"bars": bars, "total_ms": round(end),
-            "drawn": any(bar["segments"] for bar in bars)}  # else nothing has started yet
+        bar["segments"] = [placed(*stage) for stage in bar["segments"]]
+    job = [{**placed(*wait), "label": JOB_WAIT_LABELS[wait[0]]} for wait in waits]
+    return {"job": job, "bars": bars, "total_ms": round(end),
+            "drawn": bool(job) or any(bar["segments"] for bar in bars)}  # else nothing yet
 
 
 # Engine timings as the page labels them: which are sums over partitions, which spans.
@@ -107,7 +122,7 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
         "done": progress.count("done"),
         "phases": phase_legend(),
         "gantt": gantt(progress, None if job.engine_duration is None
-                       else job.engine_duration.total_seconds() * 1000),
+                       else job.engine_duration.total_seconds() * 1000, job.timings),
         "proof_chunks": [proof[i:i + PROOF_BYTES].hex() for i in range(0, len(proof), PROOF_BYTES)],
         "proof_len": len(proof),
         "progress": job.progress_summary(),
@@ -117,3 +132,8 @@ def proof_context(job: ProofJob, now: float | None = None) -> dict:
 
 def render_proof(job: ProofJob) -> str:
     return render_to_string("proofs/fragments/proof_detail.html", proof_context(job))
+
+
+def proof_updates(job: ProofJob) -> list[tuple[str, str]]:
+    """What a change of `job` pushes: its panel to its page, its row to the Proofs list."""
+    return [(proof_group(job.pk), render_proof(job)), *proof_table.row_updates(job)]

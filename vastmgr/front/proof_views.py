@@ -1,19 +1,16 @@
 import io
 import json
-import re
 import tarfile
 import time
-from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.db.models.functions import Coalesce, Now
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -21,44 +18,30 @@ from django.views.decorators.http import require_POST
 from cuzk_engine.vocabulary import DEFAULT_PRIORITIES
 from vastmgr.fleet.liveness import OFFLINE
 from vastmgr.fleet.models import Machine
-from vastmgr.front import readmodel
-from vastmgr.front.proof_forms import ProofListForm, TestProofForm
+from vastmgr.front import proof_table, readmodel
+from vastmgr.front.proof_forms import TestProofForm
 from vastmgr.front.proof_panel import render_proof
 from vastmgr.lib.http import AuthenticatedHttpRequest
-from vastmgr.proofs.models import MAX_SEED, ProofJob
+from vastmgr.proofs.models import ProofJob
 
 ARCHIVE_NAME = "proof.tar.gz"
 FILES = ("proof.bin", "vk.json", "public_inputs.json")
 
 
 def proof_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    form = ProofListForm(request.GET)
-    context = {"form": form, "sorts": form.sort_links(),
-               "percentiles": ProofJob.duration_percentiles(),
-               "unfinished": ProofJob.unfinished_by_place()}
-    if not form.is_valid():
-        return render(request, "proofs/list.html", context, status=400)
-    context["page"] = page = form.page_of(filtered_jobs(form.cleaned_data))
-    for job in page:
-        job.user_may_change = job.may_be_changed_by(request.user)
-    context["page_query"] = form.query_without("page")
-    return render(request, "proofs/list.html", context)
+    context = proof_table.table_context(request.GET)
+    context.update(percentiles=ProofJob.duration_percentiles(),
+                   table_html=render_to_string("proofs/fragments/proof_table.html", context),
+                   # htmx posts of the rows' actions (also pushed rows) come back here
+                   next_vals=json.dumps({"next": request.get_full_path()}))
+    return render(request, "proofs/list.html", context, status=200 if context["valid"] else 400)
 
 
-def filtered_jobs(params: dict[str, Any]) -> QuerySet[ProofJob]:
-    jobs = ProofJob.objects.select_related("machine").annotate(duration_sort=ExpressionWrapper(
-        Coalesce(F("engine_duration"), Now() - F("started_at")), output_field=DurationField()))
-    for name in ("status", "kind", "machine"):
-        if params.get(name):
-            jobs = jobs.filter(**{name: params[name]})
-    if query := params.get("q"):
-        match = Q(machine__name__icontains=query)
-        if query.isdigit() and int(query) <= MAX_SEED:
-            match |= Q(seed=int(query))
-        if re.fullmatch(r"[0-9a-fA-F-]{4,36}", query):
-            match |= Q(id__istartswith=query)
-        jobs = jobs.filter(match)
-    return jobs
+def proof_table_fragment(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The list's table, polled while the list's socket is down."""
+    context = proof_table.table_context(request.GET)
+    return render(request, "proofs/fragments/proof_table.html", context,
+                  status=200 if context["valid"] else 400)
 
 
 def proof_detail(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse:
@@ -138,6 +121,7 @@ def proof_cancel(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpRespons
             messages.error(request, f"This proof is {job.status}: there is nothing to cancel.")
         else:
             job.request_cancel(request.user)
+            transaction.on_commit(proof_table.tell_list_pages)
             messages.info(request, "Proof cancelled." if job.is_final else
                           "Cancel requested: the controller is stopping it on its engine; the status "
                           "changes when the engine confirms.")
@@ -151,6 +135,8 @@ def proof_retry(request: AuthenticatedHttpRequest, job_id: UUID) -> HttpResponse
         messages.error(request, f"Only a failed or cancelled proof can be retried; this one is {job.status}.")
         return _back_to(request, reverse("proof", args=[job.pk]))
     retry, created = job.retry(request.user)
+    if created:
+        proof_table.tell_list_pages()
     if not created:
         messages.info(request, "This proof was already retried (another tab or person): "
                                "here is that retry.")
@@ -194,6 +180,7 @@ def create_jobs(form: TestProofForm, user: User) -> tuple[list[ProofJob], str | 
     if reason:
         for job in jobs:
             job.fail(reason)
+    proof_table.tell_list_pages()
     return jobs, reason
 
 

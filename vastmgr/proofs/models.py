@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import statistics
 import uuid
 from datetime import timedelta
 
@@ -12,17 +11,21 @@ from django.utils import timezone
 from cuzk_engine.vocabulary import KINDS, PRIORITIES, PROFILES, TERMINAL_STATUSES
 from vastmgr.fleet.models import Event
 from vastmgr.lib.transitions import check_transition
-from vastmgr.proofs.progress import PHASE_LABELS, PHASE_TITLES, JobProgress, proof_duration_ms
+from vastmgr.proofs.progress import (
+    PHASE_LABELS,
+    PHASE_TITLES,
+    JobProgress,
+    proof_duration_ms,
+    remaining_s,
+)
 
 # The engine accepts seeds up to 2**64 - 1; the database's signed 64-bit integer stops earlier.
 MAX_SEED = 2**63 - 1
 # A job that ended while partitions were still in flight shows this until they settle.
 UNSETTLED_PHASE = {"cancelled": "cancelling", "failed": "failing"}
-# An ETA from other jobs needs this many finished runs of the same kind and profile.
-ETA_MIN_RUNS = 3
 # Keys of a stored progress that change with every snapshot without anything happening: a
 # progress equal but for them is not written again (the page ticks them on from `as_of`).
-_TICKING = ("as_of", "phase_secs")
+_TICKING = ("as_of", "phase_secs", "started_secs_ago")
 
 
 def word_choices(words: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -109,6 +112,8 @@ class ProofJob(models.Model):
     retry_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
     )
+    retried = models.BooleanField(
+        default=False, help_text="Claimed by its one retry (see `retry`)")
 
     objects = ProofJobQuerySet.as_manager()
 
@@ -229,8 +234,14 @@ class ProofJob(models.Model):
         first retry back). A job pinned to a machine stays pinned there while that machine can
         take it; otherwise the machine is chosen again (the one it had may be why it failed)."""
         with transaction.atomic():
-            locked = ProofJob.objects.select_for_update().get(pk=self.pk)
-            if earlier := locked.retries.order_by("submitted_at").first():
+            # The claim is a conditional UPDATE, the transaction's first statement: of two
+            # retries at once, the database lets one set the flag and makes the other wait
+            # for it, then find it set, on any database and in any transaction mode
+            # (SQLite has no SELECT ... FOR UPDATE; a deferred transaction that read first
+            # could not wait for the other's write and failed with "database is locked").
+            claimed = ProofJob.objects.filter(pk=self.pk, retried=False).update(retried=True)
+            earlier = self.retries.order_by("submitted_at").first()
+            if not claimed and earlier is not None:
                 return earlier, False
             keep = (self.pinned and self.machine is not None
                     and self.machine.unusable_reason() is None)
@@ -283,43 +294,35 @@ class ProofJob(models.Model):
         return progress.count("done"), len(progress.partitions)
 
     def progress_summary(self) -> dict | None:
-        """Progress % from the partition counts and an ETA from this job's own pace (time per
-        finished partition since its parameters were in hand), or, before its first partition
-        is done, from several recent finished jobs of the same kind and profile; without
-        either the page says it is estimating. None when there is nothing to show."""
+        """Progress % from the partition counts and the time left (`progress.remaining_s`,
+        None while there is no basis for a number). None when there is nothing to show."""
         if self.is_final:
             return None
         done, total = self.partition_counts()
         if not total:
             return None
-        eta, now = None, timezone.now()
-        if self.started_at and done:
-            # The pace is counted from when the engine had the parameters (their load or
-            # first-use setup is no partition's work), else from the start.
-            progress = self.engine_progress
-            start = self.started_at.timestamp()
-            if progress.engine_phase == "running" and progress.phase_secs is not None \
-                    and progress.as_of is not None:
-                start = max(start, progress.as_of - progress.phase_secs)
-            per_partition = max(now.timestamp() - start, 0.0) / done
-            eta = per_partition * (total - done)
-        elif self.started_at:
-            # One earlier run is no estimate (it may have generated its parameters): only a
-            # median of several is used, else the page says it is still estimating.
-            recent = self.recent_durations(self.kind, self.profile, limit=20)
-            if len(recent) >= ETA_MIN_RUNS:
-                elapsed = (now - self.started_at).total_seconds()
-                eta = max(statistics.median(recent) - elapsed, 0.0)
+        now = timezone.now()
+        progress = self.engine_progress
+        spans = [] if progress.ready_s is None else self.recent_proving_spans(self.kind,
+                                                                             self.profile)
+        eta = remaining_s(progress, now.timestamp(), spans)
         # `as_of` labels the ETA; the page counts it down from then.
         return {"done": done, "total": total, "percent": round(100 * done / total),
                 "eta_seconds": None if eta is None else round(eta), "as_of": now}
 
     @classmethod
-    def recent_durations(cls, kind: str, profile: str, limit: int = 200) -> list[float]:
-        rows = (cls.objects.filter(kind=kind, profile=profile, status=cls.Status.DONE,
-                                   started_at__isnull=False, finished_at__isnull=False)
-                .order_by("-finished_at").values_list("started_at", "finished_at")[:limit])
-        return [(end - start).total_seconds() for start, end in rows]
+    def recent_proving_spans(cls, kind: str, profile: str, limit: int = 20) -> list[float]:
+        """How long recent done jobs of this kind and profile took on their engine once they
+        had their parameters (seconds): their wait in the engine's queue and for parameters
+        (a first use generates them) says nothing about the next job's proving."""
+        spans = []
+        for timings in (cls.objects.filter(kind=kind, profile=profile, status=cls.Status.DONE)
+                        .order_by("-finished_at").values_list("timings", flat=True)[:limit]):
+            total = (timings or {}).get("total_ms")
+            if total is not None:
+                waited = (timings.get("queue_ms") or 0.0) + (timings.get("srs_load_ms") or 0.0)
+                spans.append(max(total - waited, 0.0) / 1000.0)
+        return spans
 
     @classmethod
     def unfinished_by_place(cls) -> dict[str, int]:

@@ -4,7 +4,8 @@ engine's snapshots carry it in each pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cuzk_engine.engine.snapshot import PartitionSnapshot, PipelineSnapshot
@@ -46,6 +47,8 @@ PHASE_TITLES = {
     "failing": "Failed; partitions still on a device or finalizing settle when the device "
                "lets go",
 }
+# An ETA from earlier jobs needs this many finished runs of the same kind and profile.
+ETA_MIN_RUNS = 3
 # Phases of a job on an engine that no device has touched yet.
 NOT_STARTED = frozenset({"queued", *PARAMETER_PHASES, "pending", "synthesizing", "waiting"})
 
@@ -107,6 +110,37 @@ def segments(partition: PartitionSnapshot,
     return stages
 
 
+# The job's own waits before its partitions, as its timeline labels them.
+JOB_WAIT_LABELS = {"engine_queue": "waiting in the engine's queue",
+                   "generating_parameters": "generating parameters",
+                   "loading_parameters": "loading parameters",
+                   "parameters": "loading or generating parameters"}
+
+
+def job_waits(progress: JobProgress, timings: Mapping | None) -> list[tuple[str, float, float]]:
+    """The job's waits before any partition could start, on its time axis (milliseconds from
+    its submission on the engine): (`engine_queue` | a JOB_WAIT_LABELS parameter key, start,
+    length). An ended job's come from the engine's timings; a running one's from its pipeline:
+    a first use of a circuit generates its parameters, which can be most of the job's time."""
+    if timings and timings.get("total_ms") is not None:
+        queued, params, key = timings.get("queue_ms") or 0.0, timings.get("srs_load_ms"), \
+            "parameters"
+    else:
+        if progress.queued_ms is None or progress.elapsed_s is None:
+            return []
+        queued, key = progress.queued_ms, "parameters"
+        if progress.engine_phase in PARAMETER_PHASES:
+            key = progress.engine_phase
+            params = progress.elapsed_s * 1000.0 - queued  # still waiting, as of the snapshot
+        else:
+            ready = progress.ready_s
+            params = None if ready is None else ready * 1000.0 - queued
+    waits = [("engine_queue", 0.0, queued)] if queued >= 1.0 else []
+    if params is not None and params >= 1.0:
+        waits.append((key, queued, params))
+    return waits
+
+
 def proof_duration_ms(partitions: Iterable[PartitionSnapshot],
                       total_ms: float | None) -> float | None:
     """A proof's duration, the one definition every page, the API and /metrics show: from its
@@ -129,11 +163,47 @@ def partition_title(partition: PartitionSnapshot) -> str:
     return " · ".join(parts)
 
 
+def partition_end_ms(partition: PartitionSnapshot) -> float | None:
+    """When a finished partition's finalization ended, on the job's time axis."""
+    if partition.finalize_start_ms is None or partition.finalize_ms is None:
+        return None
+    return partition.finalize_start_ms + partition.finalize_ms
+
+
+def remaining_s(progress: JobProgress, now: float, earlier_spans_s: Sequence[float]) -> float | None:
+    """The time a running job still needs, estimated at `now` (epoch seconds); None when there
+    is no basis for a number yet (pages say "estimating").
+
+    A pipeline finishes its partitions one after another at the pace its devices allow, and
+    only the first also carries the pipeline's latency (synthesis, a device, finalization):
+    a pace measured from the job's start over one finished partition multiplies that latency
+    by every partition left (the "68 s left at 1/10, done 14 s later" of issue 39). So the
+    pace is measured between finished partitions, from two on, on the engine's own clock;
+    before that, from `earlier_spans_s`, how long recent jobs of the same kind and profile
+    took once their parameters were in hand (at least ETA_MIN_RUNS of them), counted from
+    when this job had its own."""
+    engine_now = progress.engine_now(now)
+    if engine_now is None:
+        return None
+    ends = sorted(end for p in progress.partitions
+                  if p.state == "done" and (end := partition_end_ms(p)) is not None)
+    if len(ends) >= 2:
+        pace_s = (ends[-1] - ends[0]) / 1000.0 / (len(ends) - 1)
+        left = len(progress.partitions) - progress.count("done")
+        return max(pace_s * left - (engine_now - ends[-1] / 1000.0), 0.0)
+    ready = progress.ready_s
+    if ready is not None and len(earlier_spans_s) >= ETA_MIN_RUNS:
+        return max(statistics.median(earlier_spans_s) - (engine_now - ready), 0.0)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class JobProgress:
     """A job's pipeline as last seen on its engine: `status` is the engine's (queued, running,
     done, failed, cancelled), not the dashboard's; `engine_phase` its job phase, held for
-    `phase_secs` when seen; `as_of` when it was seen (seconds since the epoch)."""
+    `phase_secs` when seen; `elapsed_s` the time since its submission there (the engine's
+    `started_secs_ago`), `queued_ms` its wait in the engine's queue; `as_of` when it was seen
+    (seconds since the epoch)."""
 
     status: str | None = None
     error: str | None = None
@@ -142,6 +212,8 @@ class JobProgress:
     phase_secs: float | None = None
     params_progress: float | None = None
     as_of: float | None = None
+    elapsed_s: float | None = None
+    queued_ms: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping | None, as_of: float | None = None) -> JobProgress:
@@ -152,19 +224,36 @@ class JobProgress:
         return cls(data.get("status"), data.get("error"),
                    tuple(partition_from_json(p) for p in data.get("partitions", ())),
                    data.get("phase"), data.get("phase_secs"), data.get("params_progress"),
-                   data.get("as_of", as_of))
+                   data.get("as_of", as_of), data.get("started_secs_ago"),
+                   data.get("queued_ms"))
 
     @classmethod
     def of_pipeline(cls, pipeline: PipelineSnapshot, as_of: float | None = None) -> JobProgress:
         """From our engine's typed pipeline."""
         return cls(pipeline.status, pipeline.error, tuple(pipeline.partitions), pipeline.phase,
-                   pipeline.phase_secs, pipeline.params_progress, as_of)
+                   pipeline.phase_secs, pipeline.params_progress, as_of,
+                   pipeline.started_secs_ago, pipeline.queued_ms)
 
     def to_json(self) -> dict:
         return {"status": self.status, "error": self.error,
                 "partitions": [p._asdict() for p in self.partitions],
                 "phase": self.engine_phase, "phase_secs": self.phase_secs,
-                "params_progress": self.params_progress, "as_of": self.as_of}
+                "params_progress": self.params_progress, "as_of": self.as_of,
+                "started_secs_ago": self.elapsed_s, "queued_ms": self.queued_ms}
+
+    def engine_now(self, now: float) -> float | None:
+        """`now` (epoch seconds) on the job's time axis: seconds since its submission on the
+        engine. None from an engine too old to say how long ago that was."""
+        if self.elapsed_s is None or self.as_of is None:
+            return None
+        return self.elapsed_s + max(now - self.as_of, 0.0)
+
+    @property
+    def ready_s(self) -> float | None:
+        """When the job had its parameters, on its time axis (seconds), once it is running."""
+        if self.engine_phase != "running" or self.elapsed_s is None or self.phase_secs is None:
+            return None
+        return self.elapsed_s - self.phase_secs
 
     def count(self, phase: str) -> int:
         return sum(1 for p in self.partitions if p.state == phase)

@@ -5,9 +5,14 @@ JSON API, i.e. the database, or the fake Vast). One stack serves the whole modul
 opens its own browser context. Screenshots go to test-output/browser/first-week-*.png."""
 
 import asyncio
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +21,17 @@ import pytest
 
 from cuzk_engine.vocabulary import PARTITION_PHASES
 from devtools.fake_vast import FakeVast
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, eventually, free_port
 from tests.vastmgr.browser import test_browser
-from tests.vastmgr.browser.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, running_stack
+from tests.vastmgr.browser.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PASSWORD,
+    USER,
+    log_in,
+    running_stack,
+    wait_until_done_and_verified,
+)
 
 param_cache = test_browser.param_cache
 pytestmark = test_browser.pytestmark
@@ -48,7 +61,13 @@ def fake_vast() -> Iterator[FakeVast]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
+def engine_port() -> int:
+    """The stack's local engine: what it says is the truth the pages are held to."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, param_cache, fake_vast, engine_port) -> Iterator[str]:
     tmp_path = tmp_path_factory.mktemp("first-week")
     # As tests/conftest.py's clean_env, for the whole module.
     env = {k: v for k, v in os.environ.items()
@@ -57,7 +76,7 @@ def stack(tmp_path_factory, param_cache, fake_vast) -> Iterator[str]:
     env.update(VASTMGR_DATA_DIR=str(tmp_path / "data"), DJANGO_SETTINGS_MODULE="vastmgr.settings",
                PYTHONPATH=str(REPO), VAST_URL=fake_vast.url,
                VASTMGR_CALLHOME_PORT=str(free_port()))
-    with running_stack(tmp_path, env, param_cache) as url:
+    with running_stack(tmp_path, env, param_cache, engine_port=engine_port) as url:
         yield url
 
 
@@ -113,6 +132,44 @@ def add_ssh_machine(page, stack: str, name: str) -> int:
 def machine_named(page, name: str) -> dict:
     [found] = [m for m in api(page, "/api/v1/machines") if m["name"] == name]
     return found
+
+
+# Pixels of the series' colour in a chart's canvas (the line, or a lone point's dot).
+SERIES_PIXELS = """figure => {
+    const hex = getComputedStyle(document.documentElement).getPropertyValue("--chart-rate").trim();
+    const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+    const canvas = figure.querySelector("canvas");
+    const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+    let count = 0;
+    for (let i = 0; i < pixels.length; i += 4) {
+        if (pixels[i + 3] > 200 && want.every((v, c) => Math.abs(pixels[i + c] - v) < 40)) count++;
+    }
+    return count;
+}"""
+
+
+def test_a_24_h_chart_with_one_point_draws_it_and_says_so(stack, page):
+    """First in the module: the stack has run for less than one 24-h point (4 min), so the
+    24-h proofs/min chart has one point. It is drawn (a dot in the series' colour, where a
+    line of one point drew nothing) and the chart says why it is a dot."""
+    local_id = machine_named(page, "local")["id"]
+
+    charts = page.locator(f"#host-{local_id}-charts[data-window='24h'][data-drawn]")
+
+    def one_point() -> bool:
+        page.goto(f"{stack}/machines/{local_id}/?window=24h")
+        charts.wait_for()  # the socket's first state carries the default window, then 24 h
+        return charts.locator(".chart-note").count() == 1
+    eventually(one_point, 90, "the 24-h chart's first point (two samples, 10 s apart)", every=2)
+    assert "one point so far" in charts.locator(".chart-head small").inner_text()
+    figure = charts.locator("figure[data-series=rate]")
+    assert figure.evaluate("f => f.querySelector('.plot')._uplot.data[1]"
+                           ".filter(v => v != null).length") == 1
+    page.wait_for_function(f"() => ({SERIES_PIXELS})(document.querySelector("
+                           f"'#host-{local_id}-charts figure[data-series=rate]')) > 5",
+                           timeout=10_000)
+    charts.scroll_into_view_if_needed()
+    shot(page, "chart-one-point", full_page=False)
 
 
 def test_a_new_machine_reads_as_not_started_and_cannot_be_picked_for_a_proof(stack, page):
@@ -375,6 +432,7 @@ def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
     local_id = machine_named(page, "local")["id"]
     pages = {"fleet": "/", "machine-panel": f"/machines/{local_id}/",
              "machine-page": f"/remote/machines/{machine_id}/", "proof-new": "/proofs/new/",
+             "proofs": "/proofs/",
              "command": "/remote/machines/command/", "notifications": "/notify/",
              "bad-machines": "/remote/bad-machines/"}
     for scheme in SCHEMES:
@@ -424,3 +482,223 @@ def test_a_retry_from_two_tabs_is_one_retry_on_the_chosen_machine(stack, page, b
                if p["retry_of"] == job_id]
     assert len(retries) == 1, retries
     assert retries[0]["machine"] == local["id"], retries  # still the chosen machine
+
+
+# How long a page may take to show what the engine said: a controller tick (0.5 s), the push,
+# and a loaded machine. The Proofs list polled every 5 s before it followed the pushes.
+CATCH_UP_MS = 3_500
+
+
+def engine_pipelines(engine_port: int, job_ids: list[str]) -> dict[str, dict]:
+    """The engine's own word on our jobs (by request id = job id): status, partitions done."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/status", timeout=5) as answer:
+        pipelines = json.load(answer)["pipelines"]
+    return {p["request_id"]: {"status": p["status"], "done": p["partitions_done"]}
+            for p in pipelines if p["request_id"] in job_ids}
+
+
+SHOWS_AT_LEAST = """truth => Object.entries(truth).every(([id, t]) => {
+    const row = document.getElementById(`job-${id}`);
+    if (!row) return false;
+    const status = row.querySelector("td [data-job-status]").dataset.jobStatus;
+    const final = ["done", "failed", "cancelled"];
+    if (final.includes(t.status)) return status === t.status;
+    if (final.includes(status) || t.done === 0) return true;
+    const shown = row.cells[5].textContent.match(/(\\d+)\\/\\d+/);  // "70% 7/10"
+    return shown !== null && Number(shown[1]) >= t.done;
+})"""
+
+
+def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, engine_port):
+    """A batch of porep-c2 proofs (10 partitions each) watched on the Proofs list: every state
+    the engine reports (partitions done, the end) reaches each row within a controller tick
+    and a push, never at the next 5-s poll; a row never says running once its job ended; a
+    running job's "so far" and time left run in the browser, as on its own page."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "porep-c2")
+    page.select_option("#id_profile", "tiny")
+    page.fill("#id_count", "6")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/\?kind=porep-c2$"))
+    rows = page.locator("#proof-rows tr[id^=job-]")
+    job_ids = [(rows.nth(i).get_attribute("id") or "").removeprefix("job-") for i in range(6)]
+    assert len(set(job_ids)) == 6
+
+    compared, seen_running = 0, False
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        truth = engine_pipelines(engine_port, job_ids)
+        try:
+            page.wait_for_function(SHOWS_AT_LEAST, arg=truth, timeout=CATCH_UP_MS, polling=50)
+        except PlaywrightTimeout as lag:
+            shown = {i: page.locator(f"#job-{i}").inner_text() for i in truth}
+            raise AssertionError(f"the list did not catch up with the engine within "
+                                 f"{CATCH_UP_MS} ms:\nengine: {truth}\nlist: {shown}") from lag
+        compared += 1
+        running = [i for i, t in truth.items() if t["status"] == "running" and t["done"]]
+        if running:
+            row = page.locator(f"#job-{running[0]}")
+            if row.locator("td [data-job-status]").get_attribute("data-job-status") == "running":
+                # its clocks run in the browser: the time left is one estimate, said in words
+                assert row.locator(".duration .tick").count() == 1, row.inner_html()
+                assert row.locator("[data-eta]").count() == 1, row.inner_html()
+                if not seen_running:
+                    shot(page, "proofs-list-running")
+            seen_running = True
+        ended = [p for p in api(page, "/api/v1/proofs?kind=porep-c2")["items"]
+                 if p["id"] in job_ids and p["status"] == "done"]
+        if len(ended) == len(job_ids):
+            break
+    assert seen_running and compared >= 3, (compared, seen_running)
+    # Ended (the database says so): each row says done, none says running.
+    page.wait_for_function(SHOWS_AT_LEAST, arg={i: {"status": "done", "done": 10}
+                                                for i in job_ids},
+                           timeout=CATCH_UP_MS, polling=50)
+    assert "running" not in page.locator("#proof-rows").inner_text()
+    shot(page, "proofs-list")
+
+
+def test_a_command_run_beside_the_stack_works_on_the_stacks_data(stack, page):
+    """`manage.py machines list` in another shell, without VASTMGR_DATA_DIR, while the stack
+    runs with its own data directory: it lists the stack's machines (as the JSON API has
+    them) and says whose data it read, rather than the checkout's var/."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"VASTMGR_DATA_DIR", "DATABASE_URL", "REDIS_URL", "SECRET_KEY"}}
+    listed = subprocess.run([sys.executable, "manage.py", "machines", "list"], check=False, cwd=REPO,
+                            env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    names = sorted(m["name"] for m in api(page, "/api/v1/machines") if m["state"] != "killed")
+    assert sorted(line.split()[0] for line in listed.stdout.splitlines()[1:]) == names, \
+        listed.stdout
+    said = listed.stderr
+    assert "using the data directory of the stack ./dev up runs" in said, said
+    assert f"not {REPO / 'var'}" in said, said
+
+
+def test_the_timeline_labels_the_wait_for_parameters(stack, page):
+    """A window-post proof (no other test here proves one, so the engine first generates its
+    parameters, then loads them from disk): its timeline starts with the job's own waits, the
+    engine's queue and its parameters, as labelled bars, so no stretch of it is blank and
+    unexplained before the first partition."""
+    page.goto(f"{stack}/proofs/new/")
+    page.select_option("#id_machine", label="local")
+    page.select_option("#id_kind", "window-post")
+    page.select_option("#id_profile", "tiny")
+    page.locator("form.proof-form").get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
+    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    wait_until_done_and_verified(page, job_id)
+    timings = api(page, f"/api/v1/proofs/{job_id}")["timings"]
+    assert timings["srs_load_ms"] >= 1, timings  # its parameters took time
+    timeline = page.locator(f"#proof-{job_id} .gantt")
+    params = timeline.locator(".gantt-job [data-wait=parameters]")
+    assert params.inner_text().startswith("loading or generating parameters"), \
+        timeline.inner_html()
+    edges = timeline.evaluate("""t => [...t.querySelectorAll(".seg")].map(s => [
+        parseFloat(s.style.left), parseFloat(s.style.left) + parseFloat(s.style.width),
+        s.closest(".gantt-job") !== null])""")
+    # Covered from the start: the job's waits begin at 0, the partitions where they end.
+    assert min(left for left, _, _ in edges) <= 0.5, edges
+    waits_end = max(right for _, right, job in edges if job)
+    first_partition = min(left for left, _, job in edges if not job)
+    assert abs(first_partition - waits_end) < 3, edges
+    assert "loading or generating parameters" in timeline.locator(".legend").inner_text()
+    shot(page, "proof-timeline", full_page=False)
+
+
+FOCUS_RING = """() => {
+    const e = document.activeElement, style = getComputedStyle(e);
+    return {tag: e.tagName, text: (e.innerText || e.name || e.id || "").trim().slice(0, 40),
+            style: style.outlineStyle, width: parseFloat(style.outlineWidth),
+            colour: style.outlineColor, background: getComputedStyle(e.parentElement).backgroundColor};
+}"""
+
+
+def tab_to(page, target, limit: int = 80) -> None:
+    """Press Tab until `target` has the focus, as a person without a mouse does; it must
+    show a focus ring when it gets there."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if target.evaluate("e => e === document.activeElement"):
+            ring = page.evaluate(FOCUS_RING)
+            assert ring["style"] != "none" and ring["width"] >= 2, ring
+            assert ring["colour"] != ring["background"], ring
+            return
+    raise AssertionError(f"{target} not reached with Tab in {limit} presses")
+
+
+def test_the_main_actions_work_from_the_keyboard(stack, browser):
+    """Log in, run test proofs, cancel one and retry it, add a machine and destroy it (with
+    its confirmation), with Tab, Enter and Space only; every control on the way shows where
+    the focus is, in both colour schemes."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.goto(f"{stack}/accounts/login/")
+    page.keyboard.type(USER)  # the username field has the focus first
+    tab_to(page, page.locator("#id_password"))
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{stack}/")
+
+    # Six snap-update proofs: the engine gets three (two workers and one ahead), the others
+    # wait in the dashboard's queue.
+    page.goto(f"{stack}/proofs/new/")
+    tab_to(page, page.locator("#id_machine"))
+    page.keyboard.press("ArrowDown")  # from "auto" to the one machine that can prove
+    tab_to(page, page.locator("#id_kind"))
+    page.keyboard.type("snap")
+    tab_to(page, page.locator("#id_count"))
+    page.keyboard.press("Control+A")
+    page.keyboard.type("6")
+    tab_to(page, page.locator("form.proof-form").get_by_role("button", name="Start"))
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/proofs/\?kind=snap-update$"))
+    mine = api(page, "/api/v1/proofs?kind=snap-update")["items"][:6]
+    assert [p["status"] for p in mine].count("queued") >= 1, mine
+    waiting = next(p["id"] for p in mine if p["status"] == "queued")
+    tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Cancel"))
+    page.keyboard.press("Space")
+    page.locator(f"#job-{waiting} td [data-job-status=cancelled]").wait_for()
+    assert api(page, f"/api/v1/proofs/{waiting}")["status"] == "cancelled"
+    tab_to(page, page.locator(f"#job-{waiting}").get_by_role("button", name="Retry"))
+    page.keyboard.press("Enter")
+    retry_id = eventually(lambda: next((
+        p["id"] for p in api(page, "/api/v1/proofs?kind=snap-update")["items"]
+        if p["retry_of"] == waiting), None), 30, "the retry made from the keyboard")
+    page.locator(f"#job-{retry_id}").wait_for()  # back on the list, which shows it
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+    for proof in [*mine, {"id": retry_id}]:  # the engine is free again for the next test
+        page.request.post(f"{stack}/api/v1/proofs/{proof['id']}/cancel",
+                          headers={"X-CSRFToken": csrf, "Referer": f"{stack}/proofs/"})
+
+    # Add a machine, then destroy it: the confirmation answers to the keyboard too.
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    page.goto(f"{stack}/remote/machines/add/")
+    name = "keys-box"
+    for field, value in (("#id_name", name), ("#id_host", "127.0.0.1"),
+                         ("#id_ssh_port", str(free_port())), ("#id_private_key", key)):
+        tab_to(page, page.locator(field))
+        page.keyboard.press("Control+A")
+        page.keyboard.type(value)
+    tab_to(page, page.get_by_role("button", name="Add without testing"))
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/remote/machines/\d+/$"))
+    machine_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    tab_to(page, page.get_by_role("button", name="Destroy…"))
+    page.keyboard.press("Enter")
+    eventually(lambda: api(page, f"/api/v1/machines/{machine_id}")["state"] == "killed", 30,
+               "the machine destroyed from the keyboard")
+    assert asked == [f"Destroy {name}? This cannot be undone."]
+
+    # The ring shows in the dark scheme too, on the page and on the top bar.
+    page.emulate_media(color_scheme="dark")
+    page.goto(f"{stack}/proofs/new/")
+    tab_to(page, page.locator("header.topbar").get_by_role("link", name="Proofs"))
+    tab_to(page, page.locator("form.proof-form").get_by_role("button", name="Start"))
+    context.close()

@@ -24,12 +24,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from cuzk_engine.config import load_config, parse_listen
 from cuzk_engine.errors import ConfigError
+from vastmgr.lib import environment
 
 STOP_GRACE_SECONDS = 5.0  # per child once the engine is down (daphne, controller, automation)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
@@ -191,6 +193,15 @@ class Command(BaseCommand):
         self.stop_requests = 0
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGTERM, self.request_stop)
+        record = environment.record_running_stack(settings.BASE_DIR / "var", settings.DATA_DIR)
+        try:
+            self.run_children(host, port, callhome, drain_timeout)
+        finally:
+            if record is not None:
+                environment.forget_running_stack(record)
+
+    def run_children(self, host: str, port: int, callhome: tuple[str, int],
+                     drain_timeout: float) -> None:
         for child in self.children:
             self.start(child)
         self.stdout.write(f"vastmgr is up on http://{host}:{port}/ — Ctrl-C stops everything")
