@@ -795,19 +795,15 @@ def _apply_status(machine: Machine, instance: dict, now: datetime) -> list[alert
             message = (f"{machine.name}: outbid — Vast stopped interruptible instance "
                        f"{machine.vast_instance_id} for a higher bid"
                        f"{': ' + instance['status_msg'] if instance.get('status_msg') else ''}")
-            Event.record("vast", message, machine=machine, level=Event.Level.WARNING,
-                         data={"actual_status": instance.get("actual_status"),
-                               "min_bid": instance.get("min_bid"),
-                               "signal": RemoteMachine.SIGNAL_POLLING})
-            found.append(alerts.Alert("instance_outbid", message, machine.pk,
-                                      {"min_bid": instance.get("min_bid")}))
+            # One Event: the alert's own, which the notifier carries (see _record_unmanaged).
+            found.append(alerts.Alert("instance_outbid", message, machine.pk, {
+                "actual_status": instance.get("actual_status"),
+                "min_bid": instance.get("min_bid"), "signal": RemoteMachine.SIGNAL_POLLING}))
             requeue_outbid(machine, RemoteMachine.SIGNAL_POLLING)
     if down and remote.vast_down_since is None:
         detail = f": {instance['status_msg']}" if instance.get("status_msg") else ""
         remote.vast_down_since = now
         remote.last_error = f"Vast instance {machine.vast_instance_id} is {status}{detail}"
-        Event.record("vast", f"{machine.name}: {remote.last_error}", machine=machine,
-                     level=Event.Level.WARNING, data={"actual_status": status})
         found.append(alerts.Alert("instance_down", f"{machine.name}: {remote.last_error}",
                                   machine.pk, {"actual_status": status}))
     elif not down and remote.vast_down_since is not None:
