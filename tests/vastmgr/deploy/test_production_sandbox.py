@@ -120,15 +120,17 @@ def python_env(python_home: Path) -> dict[str, str]:
 
 
 def owned_outside(sandbox: Sandbox) -> list[str]:
-    """Every file of the service user that is not under its writable directory: each mounted
-    file system searched (a write into /tmp, /dev/shm, the checkout or the venv shows here)."""
+    """Every file of the service user, changed since the sandbox was made, that is not under
+    its writable directory: each mounted file system searched (a write into /tmp, /dev/shm, the
+    checkout or the venv shows here; a user id reused from an earlier run's user does not)."""
     mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET,FSTYPE"], check=True,
                             capture_output=True, text=True).stdout.split("\n")
     roots = [line.split()[0] for line in mounts if line and line.split()[1] not in
              {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "debugfs", "tracefs",
               "securityfs", "pstore", "bpf", "fusectl", "configfs", "nsfs", "autofs"}]
     found = subprocess.run(["find", *roots, "-xdev", "-path", str(sandbox.home), "-prune",
-                            "-o", "-user", sandbox.user, "-print"],
+                            "-o", "-user", sandbox.user, "-newer", str(sandbox.root / "made"),
+                            "-print"],
                            capture_output=True, text=True, check=False).stdout
     return sorted(set(found.split()))
 
@@ -138,6 +140,7 @@ def sandbox() -> Iterator[Sandbox]:
     root = Path(tempfile.mkdtemp(prefix="vastmgr-sandbox-"))
     root.chmod(0o755)  # pytest's own temporary directories are closed to other users
     box = Sandbox(root, f"vms{secrets.token_hex(3)}")
+    (root / "made").touch()
     box.home.mkdir()
     subprocess.run(["useradd", "--system", "--home-dir", str(box.home), "--no-create-home",
                     "--shell", "/usr/sbin/nologin", "--user-group", box.user], check=True)
