@@ -116,8 +116,8 @@ async def build_wheel(root: Path | None = None, into: Path | None = None) -> Pat
     into = into or settings.DATA_DIR / "wheels"
     async with _wheel_lock:
         key = await asyncio.to_thread(source_digest, root)
-        if built := sorted((into / key).glob("vastmgr-*.whl")):
-            return built[0]
+        if built := min((into / key).glob("vastmgr-*.whl"), default=None):
+            return built
         try:
             into.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=into, prefix=f".build-{key}-") as build:
@@ -134,7 +134,7 @@ async def build_wheel(root: Path | None = None, into: Path | None = None) -> Pat
         except OSError as exc:
             raise ProvisionError("build wheel", f"cannot write to {into}: "
                                                 f"{exc.strerror or exc}") from exc
-        return sorted((into / key).glob("vastmgr-*.whl"))[0]
+        return min((into / key).glob("vastmgr-*.whl"))
 
 
 def _keep_only(into: Path, built: Path) -> None:

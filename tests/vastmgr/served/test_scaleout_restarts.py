@@ -78,8 +78,8 @@ class Redis:
              "--appendonly", "no", "--dir", str(self.workdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         eventually(lambda: subprocess.run(["redis-cli", "-p", str(self.port), "ping"],
-                                          capture_output=True, text=True).stdout.strip()
-                   == "PONG", 20, "redis-server answers")
+                                          capture_output=True, text=True, check=False
+                                          ).stdout.strip() == "PONG", 20, "redis-server answers")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
