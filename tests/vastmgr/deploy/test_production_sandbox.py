@@ -21,12 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
 import pytest
 
 from tests.conftest import REPO, eventually, free_port, wait_for_http
 from tests.vastmgr.deploy.test_production import environment, service_settings, unit_commands
-from tests.vastmgr.remote.real_sshd import host_python, real_sshd, unavailable_reason
+from tests.vastmgr.remote.real_sshd import host_python, unavailable_reason
 from tests.vastmgr.remote.served import Operator
 from tests.vastmgr.remote.test_served_remote import host_form
 from tests.vastmgr.served.test_faults import ADMIN, PASSWORD
@@ -168,17 +167,6 @@ def sandbox() -> Iterator[Sandbox]:
             subprocess.run(["umount", str(mount)], check=False)
         subprocess.run(["userdel", box.user], check=False, stderr=subprocess.DEVNULL)
         shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def client_key():
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture(scope="module")
-def sshd(client_key):
-    with real_sshd(client_key.export_public_key().decode().strip()) as server:
-        yield server
 
 
 @dataclass
