@@ -65,6 +65,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: its process_exception sees a view's error before the others'.
+    "vastmgr.front.error_pages.DiskFullMiddleware",
 ]
 
 ROOT_URLCONF = "vastmgr.urls"

@@ -1,7 +1,9 @@
-"""Fixtures every served-stack test module shares; each module brings its own `stack`."""
+"""Fixtures every served-stack test module shares (each module brings its own `stack`), and
+the operator's SSH key with the real sshd it is accepted by."""
 
 from collections.abc import Iterator
 
+import asyncssh
 import pytest
 
 from tests.vastmgr.remote.served import Operator
@@ -14,3 +16,21 @@ def operator(stack) -> Iterator[Operator]:
     person.login()
     yield person
     assert person.server_errors() == []
+
+
+@pytest.fixture(scope="module")
+def client_key():
+    """The operator's SSH key (remote/ and the production sandbox in deploy/)."""
+    return asyncssh.generate_private_key("ssh-ed25519")
+
+
+@pytest.fixture(scope="module")
+def sshd(client_key):
+    """The real OpenSSH server on loopback, for a module's served stack (see
+    remote/real_sshd.py)."""
+    from tests.vastmgr.remote.real_sshd import real_sshd, unavailable_reason
+
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    with real_sshd(client_key.export_public_key().decode().strip()) as server:
+        yield server

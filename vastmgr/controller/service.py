@@ -14,6 +14,7 @@ from typing import cast
 
 import aiohttp
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ from vastmgr.controller.last_sent import ShownRows, shown_values
 from vastmgr.controller.row_writer import update_rows
 from vastmgr.controller.upstream import watcher_for
 from vastmgr.controller.watcher import MachineLive
+from vastmgr.fleet.data_disk import DataDiskWatch
 from vastmgr.fleet.faults import FaultRecorder
 from vastmgr.fleet.leases import Leases
 from vastmgr.fleet.liveness import (
@@ -93,6 +95,7 @@ class FleetController:
         self.viewers = ViewerRegistry(clock)
         self.dispatcher = Dispatcher(self)
         self.faults = FaultRecorder("fleet controller tick")
+        self.data_disk = DataDiskWatch(settings.DATA_DIR)
         self.connect_slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
         # Scale-out: only the hosts leased to this controller are watched (and dispatched to)
         # here; without leases (embedded mode) every enabled machine is.
@@ -116,6 +119,7 @@ class FleetController:
                 # waits at most one tick period plus the work of the tick that carries it.
                 started = loop.time()
                 try:
+                    await self.data_disk.check()
                     await self.tick()
                 except Exception as exc:  # noqa: BLE001 - one failed tick must not end the loop
                     await self.faults.record(exc)

@@ -22,6 +22,7 @@ left on an old one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -42,8 +43,11 @@ log = logging.getLogger(__name__)
 Message = tuple[str, str]  # (group, html)
 Numbered = tuple[str, str, int]  # (group, html, the group's sequence number)
 OnWatch = Callable[[dict], None]
-# Channel-layer group membership expires (a day by default); re-join well before that.
-REJOIN_EVERY = 3600.0
+# The controller's group membership is renewed this often: it expires (a day by default), and a
+# restarted Redis forgets it without any error reaching a receiver that reconnected.
+REJOIN_EVERY = 10.0
+# After the layer failed, listening starts again this much later.
+RELISTEN_AFTER = 1.0
 PUSH_RETRY = 1.0
 # daphne closes a websocket whose message exceeds 1 MiB (its default), so a batch for a large
 # fleet goes as several push messages below that.
@@ -144,25 +148,40 @@ class LayerPublisher:
             await self.layer.group_send(group, sync_event(self.sequencer.source, seq, group))
 
     async def listen(self, on_watch: OnWatch) -> None:
-        """Feed consumers' watch announcements to `on_watch` until cancelled."""
+        """Feed consumers' watch announcements to `on_watch` until cancelled. A failing layer
+        (Redis restarted, forgetting every group and queued message) is waited out: once it
+        answers, the controller joins its group again and asks every page to announce itself,
+        so pages that were open through the restart are rendered for again."""
         channel = await self.layer.new_channel()
+        while True:
+            try:
+                await self._listen_on(channel, on_watch)
+            except Exception as exc:  # noqa: BLE001 - redis-py's errors are not OSErrors
+                log.warning("listening for pages failed (%s: %s); listening again in %g s",
+                            type(exc).__name__, exc, RELISTEN_AFTER)
+                await asyncio.sleep(RELISTEN_AFTER)
 
-        async def rejoin():
-            await self.layer.group_add(CONTROLLER_GROUP, channel)
-            await self.layer.group_send(VIEWERS_GROUP, ASK_EVENT)
+    async def _listen_on(self, channel: str, on_watch: OnWatch) -> None:
+        await self.layer.group_add(CONTROLLER_GROUP, channel)
+        await self.layer.group_send(VIEWERS_GROUP, ASK_EVENT)
+
+        async def stay_joined():
             while True:
                 await asyncio.sleep(REJOIN_EVERY)
                 await self.layer.group_add(CONTROLLER_GROUP, channel)
 
-        keeper = asyncio.create_task(rejoin())
+        keeper = asyncio.create_task(stay_joined())
         try:
             while True:
+                if keeper.done():  # its failure is the layer's: listen again from the start
+                    keeper.result()
                 event = await self.layer.receive(channel)
                 if event.get("type") == "watch":
                     on_watch(event)
         finally:
             keeper.cancel()
-            await self.layer.group_discard(CONTROLLER_GROUP, channel)
+            with contextlib.suppress(Exception):  # a layer that is down forgot us anyway
+                await self.layer.group_discard(CONTROLLER_GROUP, channel)
 
     async def close(self) -> None:
         return None

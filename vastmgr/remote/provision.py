@@ -9,6 +9,7 @@ with the step's message (never a secret) so the operator can fix the host and tr
 import asyncio
 import hashlib
 import json
+import os
 import secrets
 import shlex
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import aiohttp
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from cuzk_engine.daemon.client import EngineClient
 from cuzk_engine.errors import CuzkError
@@ -74,7 +76,6 @@ class ProvisionPlan:
 SOURCE_ROOT = REPO_ROOT
 _WHEEL_SOURCES = ("pyproject.toml", "README.md", "cuzk_engine", "vastmgr")
 _wheel_lock = asyncio.Lock()
-_wheels: dict[str, Path] = {}
 
 
 def source_digest(root: Path) -> str:
@@ -95,6 +96,7 @@ def copy_wheel_sources(root: Path, into: Path) -> None:
     sources it builds, and the production checkout is read-only to the services (their units
     make only the data directory writable), so the wheel is never built in the checkout."""
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o", "*.egg-info", "build")
+    into.mkdir(parents=True, exist_ok=True)
     for name in _WHEEL_SOURCES:
         source = root / name
         if source.is_dir():
@@ -103,28 +105,44 @@ def copy_wheel_sources(root: Path, into: Path) -> None:
             shutil.copy2(source, into / name)
 
 
-async def build_wheel(root: Path | None = None) -> Path:
-    """The project's wheel (`pip wheel --no-deps`), rebuilt whenever its sources changed. Built
-    from a copy in a temporary directory: nothing is written into `root`."""
+async def build_wheel(root: Path | None = None, into: Path | None = None) -> Path:
+    """The project's wheel (`pip wheel --no-deps`), rebuilt whenever its sources changed and
+    kept under their digest in `into` (the data directory's `wheels/`), so a restarted process
+    reuses it. The production units let the services write to the data directory only (their
+    /tmp is private, emptied at every restart): the copy of the sources, pip's own temporary
+    files and the wheel all stay in `into`, and nothing is written into `root`. A write that
+    fails there (a full disk, say) is a ProvisionError naming the directory."""
     root = root or SOURCE_ROOT
+    into = into or settings.DATA_DIR / "wheels"
     async with _wheel_lock:
         key = await asyncio.to_thread(source_digest, root)
-        cached = _wheels.get(key)
-        if cached and cached.exists():
-            return cached
-        out = Path(tempfile.mkdtemp(prefix=f"vastmgr-wheel-{key}-"))
-        with tempfile.TemporaryDirectory(prefix="vastmgr-wheel-src-") as copy:
-            await asyncio.to_thread(copy_wheel_sources, root, Path(copy))
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
-                copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            output, _ = await proc.communicate()
-        wheels = sorted(out.glob("vastmgr-*.whl"))
-        if proc.returncode or not wheels:
-            tail = output.decode(errors="replace").strip().splitlines()[-3:]
-            raise ProvisionError("build wheel", " / ".join(tail) or "pip wheel failed")
-        _wheels[key] = wheels[0]
-        return wheels[0]
+        if built := min((into / key).glob("vastmgr-*.whl"), default=None):
+            return built
+        try:
+            into.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=into, prefix=f".build-{key}-") as build:
+                await asyncio.to_thread(copy_wheel_sources, root, Path(build) / "src")
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+                    f"{build}/{key}", f"{build}/src", stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": build})
+                output, _ = await proc.communicate()
+                if proc.returncode or not any(Path(build, key).glob("vastmgr-*.whl")):
+                    tail = output.decode(errors="replace").strip().splitlines()[-3:]
+                    raise ProvisionError("build wheel", " / ".join(tail) or "pip wheel failed")
+                await asyncio.to_thread(_keep_only, into, Path(build) / key)
+        except OSError as exc:
+            raise ProvisionError("build wheel", f"cannot write to {into}: "
+                                                f"{exc.strerror or exc}") from exc
+        return min((into / key).glob("vastmgr-*.whl"))
+
+
+def _keep_only(into: Path, built: Path) -> None:
+    """`built` moved into `into` as its only wheel: older sources' wheels are never sent again."""
+    for old in into.iterdir():
+        if old.is_dir() and not old.name.startswith("."):
+            shutil.rmtree(old)
+    built.rename(into / built.name)
 
 
 def wheel_dependencies(wheel: Path) -> str:
@@ -339,7 +357,7 @@ class Provisioner:
         await self._sh("install", f"mkdir -p {shlex.quote(self.base)}/params")
         async with await self.link.sftp() as sftp:
             await sftp.put(str(wheel), f"{self.relative}/{wheel.name}")
-        await self._event(f"uploaded {wheel.name} ({wheel.parent.name.split('-')[2]})")
+        await self._event(f"uploaded {wheel.name} ({wheel.parent.name})")
         gpus = (await self.link.run(
             "nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null")).stdout
         gpu_names = [line.strip() for line in gpus.splitlines() if line.strip()]

@@ -76,12 +76,13 @@ def service_settings(name: str) -> dict[str, list[str]]:
     return settings
 
 
-def unit_commands(name: str, key: str) -> list[list[str]]:
+def unit_commands(name: str, key: str, venv_bin: str | None = None) -> list[list[str]]:
     """A unit's ExecStart (or ExecStartPre) lines, with the documented install paths replaced
-    by this checkout's: /opt/vastmgr is the repository, /opt/vastmgr/venv its virtualenv."""
+    by this checkout's: /opt/vastmgr is the repository, /opt/vastmgr/venv its virtualenv
+    (`venv_bin`, this interpreter's by default)."""
     service = service_settings(name)
     assert service["WorkingDirectory"] == ["/opt/vastmgr"]
-    venv_bin = str(Path(sys.executable).parent)
+    venv_bin = venv_bin or str(Path(sys.executable).parent)
     return [[word.replace("/opt/vastmgr/venv/bin", venv_bin) for word in shlex.split(line)]
             for line in service.get(key, [])]
 

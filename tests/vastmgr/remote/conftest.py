@@ -1,26 +1,9 @@
-import asyncssh
 import pytest
 
 from vastmgr.fleet.models import Machine
 from vastmgr.remote.models import RemoteMachine, Secret
 
 from .fake_host import FakeHost
-
-
-@pytest.fixture(scope="module")
-def client_key():
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture(scope="module")
-def sshd(client_key):
-    """The real OpenSSH server on loopback, for a module's served stack (see real_sshd.py)."""
-    from .real_sshd import real_sshd, unavailable_reason
-
-    if reason := unavailable_reason():
-        pytest.skip(reason)
-    with real_sshd(client_key.export_public_key().decode().strip()) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -69,18 +69,20 @@ async def test_missing_host_requirements_are_one_event_naming_each_fix(client_ke
 
 
 async def test_the_wheel_is_rebuilt_when_a_source_changes_and_not_otherwise(tmp_path):
-    root = copy_sources(tmp_path / "src")
-    first = await build_wheel(root)
-    assert await build_wheel(root) == first, "unchanged sources: the same wheel"
+    root, wheels = copy_sources(tmp_path / "src"), tmp_path / "wheels"
+    first = await build_wheel(root, wheels)
+    assert await build_wheel(root, wheels) == first, "unchanged sources: the same wheel"
+    dependencies = wheel_dependencies(first)
     module = root / "cuzk_engine" / "daemon" / "app.py"
     module.write_text(module.read_text() + "\n# an edit\n")
-    second = await build_wheel(root)
+    second = await build_wheel(root, wheels)
     assert second != first and second.exists()
-    assert wheel_dependencies(second) == wheel_dependencies(first)
+    assert not first.exists(), "an older sources' wheel is not kept"
+    assert wheel_dependencies(second) == dependencies
     pyproject = root / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(
         '"prometheus-client>=0.21,<1",', '"prometheus-client>=0.21,<1",\n    "tomli>=2",'))
-    assert wheel_dependencies(await build_wheel(root)) != wheel_dependencies(first)
+    assert wheel_dependencies(await build_wheel(root, wheels)) != dependencies
 
 
 READ_ONLY_BUILD = """
@@ -113,6 +115,7 @@ def test_the_wheel_builds_from_a_read_only_checkout(tmp_path):
     assert built.returncode == 0, built.stderr[-2000:]
     wheel = Path(built.stdout.strip().splitlines()[-1])
     assert wheel.name.startswith("vastmgr-") and wheel.exists()
+    assert wheel.is_relative_to(data / "wheels"), "kept in the data directory"
     assert sorted(p.relative_to(checkout) for p in checkout.rglob("*")) == before
 
 

@@ -135,10 +135,14 @@ def run_manage(env: dict, *argv: str) -> str:
     return done.stdout
 
 
-def start_process(name: str, argv: list[str], env: dict, workdir: Path) -> Process:
+def start_process(name: str, argv: list[str], env: dict, workdir: Path, cwd: Path = REPO,
+                  **popen) -> Process:
+    """`argv` started in `cwd` (the checkout), its output in `workdir`; `popen` adds
+    subprocess.Popen's arguments (`user`, `group`: a service user)."""
     log = workdir / f"{name}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                **popen)
     return Process(name, proc, log)
 
 
