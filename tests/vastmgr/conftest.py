@@ -34,3 +34,12 @@ def sshd(client_key):
         pytest.skip(reason)
     with real_sshd(client_key.export_public_key().decode().strip()) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def key_file(tmp_path_factory, client_key):
+    """The client key in a file, as an operator names it on the add-machine form."""
+    path = tmp_path_factory.mktemp("keys") / "id_ed25519"
+    path.write_text(client_key.export_private_key().decode())
+    path.chmod(0o600)
+    return path

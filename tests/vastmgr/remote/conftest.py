@@ -6,15 +6,6 @@ from vastmgr.remote.models import RemoteMachine, Secret
 from .fake_host import FakeHost
 
 
-@pytest.fixture(scope="module")
-def key_file(tmp_path_factory, client_key):
-    """The client key in a file, as an operator names it on the add-machine form."""
-    path = tmp_path_factory.mktemp("keys") / "id_ed25519"
-    path.write_text(client_key.export_private_key().decode())
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture
 async def fake_host(tmp_path, client_key):
     host = FakeHost(tmp_path / "remote", client_key.export_public_key().decode())

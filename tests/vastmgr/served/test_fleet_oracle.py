@@ -56,7 +56,6 @@ from tests.vastmgr.browser.test_browser_liveness import CLOCKS
 from tests.vastmgr.browser.test_browser_proofs import DESKTOP
 from tests.vastmgr.live_engine import param_cache  # noqa: F401 - the stack's engine's cache
 from tests.vastmgr.notify.receiver import Receiver
-from tests.vastmgr.remote.conftest import client_key, key_file, sshd  # noqa: F401 - fixtures
 from tests.vastmgr.remote.real_sshd import host_python
 from tests.vastmgr.remote.served import (
     FakeOnItsLoop,
@@ -586,7 +585,7 @@ def requeued_events(stack, jobs: list[str]) -> dict[str, int]:
 
 
 def test_every_figure_of_the_fleet_agrees_with_vast_and_the_engines(
-        stack, operator, vast, sshd, key_file, browser, receiver):  # noqa: F811 - imported
+        stack, operator, vast, sshd, key_file, browser, receiver):
     oracle = Oracle(stack, operator, vast)
     fake = vast.fake
     operator.post("/notify/", {"name": "on-call", "url": receiver.url, "min_level": "warning",
