@@ -256,9 +256,12 @@ class Dispatcher:
 
     async def requeue_lost(self, now: float, in_flight: list[ProofJob]) -> None:
         """Of the jobs `in_flight`, those on a machine that has been unreachable for longer than
-        the grace period go back to the queue (the engine's request-id idempotency makes a
-        later duplicate harmless); every other has a result waiter (one that failed is started
-        again)."""
+        the grace period go back to the queue, for another machine to prove; every other has a
+        result waiter (one that failed is started again). A job pinned to its machine keeps
+        waiting for it instead: back in the queue it could only wait for the same machine,
+        shown queued while that engine may be proving it still (a partition longer than the
+        grace, not a lost job); its waiter collects the result once the machine answers, and
+        an operator's cancel still takes it out of flight."""
         if not in_flight:
             return
         grace = self.fleet.grace
@@ -269,7 +272,8 @@ class Dispatcher:
             assert job.machine_id is not None, "a job in flight is on a machine"
             machine = self.fleet.machines.get(job.machine_id)
             gone = machine is None or not machine.enabled
-            if job.machine_id in expired or gone:
+            waits_for_its_machine = job.pinned and not job.cancel_requested and not gone
+            if (job.machine_id in expired and not waits_for_its_machine) or gone:
                 reason = (f"machine offline for more than {grace:g} s" if not gone
                           else "machine is disabled or killed")
                 requeued = await database_sync_to_async(jobs.requeue)(job.pk, job.machine_id, reason)

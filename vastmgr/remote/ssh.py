@@ -7,11 +7,12 @@ listens on the host's loopback only; `MachineLink.tunnel()` forwards a local por
 """
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +28,12 @@ from vastmgr.remote.models import RemoteMachine, Secret
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_INTERVAL_S = 15
+# A connection that hears nothing for (COUNT_MAX + 1) * INTERVAL = 20 s is dropped and made
+# again: a host that stopped answering without closing (a half-open connection, a blackholed
+# link) is found in 20 s instead of a minute, while a link that flaps for 10 s (its TCP
+# retransmissions resume a few seconds after it is back) keeps its connection and costs no login
+# (tests/vastmgr/remote/test_netfaults.py measures both).
+KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_COUNT_MAX = 3
 CONNECT_TIMEOUT_S = 15
 # On first contact ask for the ED25519 key first: it is the fingerprint `ssh` shows users.
@@ -307,6 +313,20 @@ class MachineLink:
                                                           time.monotonic() - since)
                 return self._conn
 
+    @contextlib.asynccontextmanager
+    async def _connected(self) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        """The connection, for one operation. A connection that drops during it (keepalives
+        unanswered, a reset) raises SSHError, as one that cannot be opened does, so every
+        caller (a page, an action, the tunnel) handles one error; the next call connects
+        again."""
+        conn = await self.connection()
+        try:
+            yield conn
+        except (asyncssh.ChannelOpenError, asyncssh.DisconnectError) as exc:
+            if not conn.is_closed():
+                raise  # the host refused this channel: the connection itself is fine
+            raise SSHError(f"SSH connection lost: {exc.reason}") from None
+
     def _backing_off(self, wait: float) -> SSHError:
         return SSHError(self._with_next_attempt(self._outage[2] if self._outage else
                                                 "unreachable", wait))
@@ -327,39 +347,42 @@ class MachineLink:
     async def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         """A local port on 127.0.0.1 that reaches remote_host:remote_port as the machine sees
         it (its own loopback unless told otherwise)."""
-        conn = await self.connection()
         key = remote_port if remote_host == "127.0.0.1" else f"{remote_host}:{remote_port}"
-        listener = self._tunnels.get(key)
-        if listener is None:
-            listener = await conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
-            self._tunnels[key] = listener
+        async with self._connected() as conn:
+            listener = self._tunnels.get(key)
+            if listener is None:
+                listener = await conn.forward_local_port("127.0.0.1", 0, remote_host,
+                                                         remote_port)
+                self._tunnels[key] = listener
         return listener.get_port()
 
     async def tunnel_to_path(self, remote_path: str) -> int:
         """A local port on 127.0.0.1 that reaches the unix socket `remote_path` on the machine
         (Curio's cuzk daemon listens on unix:///run/curio/cuzk.sock by default)."""
-        conn = await self.connection()
-        listener = self._tunnels.get(remote_path)
-        if listener is None:
-            listener = await conn.forward_local_port_to_path("127.0.0.1", 0, remote_path)
-            self._tunnels[remote_path] = listener
+        async with self._connected() as conn:
+            listener = self._tunnels.get(remote_path)
+            if listener is None:
+                listener = await conn.forward_local_port_to_path("127.0.0.1", 0, remote_path)
+                self._tunnels[remote_path] = listener
         return listener.get_port()
 
     async def can_forward(self, remote_port: int) -> bool:
         """False when the server refuses TCP forwarding (AllowTcpForwarding no); a closed
         port on the host is fine: it only means no engine listens yet."""
-        conn = await self.connection()
-        try:
-            _reader, writer = await conn.open_connection("127.0.0.1", remote_port)
-        except asyncssh.ChannelOpenError as exc:
-            return exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED
+        async with self._connected() as conn:
+            try:
+                _reader, writer = await conn.open_connection("127.0.0.1", remote_port)
+            except asyncssh.ChannelOpenError as exc:
+                if conn.is_closed():
+                    raise
+                return exc.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED
         writer.close()
         return True
 
     async def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
-        conn = await self.connection()
         try:
-            result = await conn.run(command, check=False, timeout=timeout)
+            async with self._connected() as conn:
+                result = await conn.run(command, check=False, timeout=timeout)
         except asyncssh.TimeoutError as exc:
             return CommandResult(command, 124, str(exc.stdout or ""),
                                  f"timed out after {timeout} s")
@@ -369,8 +392,8 @@ class MachineLink:
     async def stream(self, command: str, on_line: Callable[[str, str], Awaitable[None]], *,
                      timeout: float | None = None) -> int:
         """Run `command`, calling on_line(stream_name, line) as output arrives; return its status."""
-        conn = await self.connection()
-        async with conn.create_process(command, stderr=asyncssh.STDOUT) as process:
+        async with self._connected() as conn, \
+                conn.create_process(command, stderr=asyncssh.STDOUT) as process:
             async def pump() -> int | None:
                 while line := await process.stdout.readline():
                     await on_line("stdout", line.rstrip("\n"))
@@ -384,7 +407,8 @@ class MachineLink:
         return status if status is not None else 255
 
     async def sftp(self) -> asyncssh.SFTPClient:
-        return await (await self.connection()).start_sftp_client()
+        async with self._connected() as conn:
+            return await conn.start_sftp_client()
 
     async def close(self) -> None:
         async with self._lock:

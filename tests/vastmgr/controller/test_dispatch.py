@@ -2,6 +2,7 @@
 engine (tiny profile), and the result lands in the row, re-verified by the dashboard."""
 
 import asyncio
+import signal
 
 import pytest
 from channels.db import database_sync_to_async
@@ -120,6 +121,35 @@ async def test_an_outbid_machine_takes_no_new_work_while_its_engine_still_answer
         await database_sync_to_async(remote.save)(update_fields=["vast_status"])
         job = await final(job.pk)
     assert (job.status, job.machine_id) == (ProofJob.Status.DONE, machine.pk)
+
+
+async def test_a_pinned_job_waits_out_an_outage_longer_than_the_grace(engine):
+    """An engine that stops answering (frozen, as behind a partition) past the grace keeps the
+    job pinned to it: not re-queued (it could only wait for the same machine, shown queued
+    while the engine still holds it); its result is collected once the engine answers again."""
+    machine = await local_machine(engine.port)
+    async with running_controller(grace=1.0) as controller:
+        await wait_until(lambda: machine.pk in controller.hosts
+                         and controller.hosts[machine.pk].live.connected)
+        job = await database_sync_to_async(ProofJob.objects.create)(
+            kind="porep-c2", profile="tiny", seed=6, priority="normal", machine=machine,
+            pinned=True)
+        await wait_until(lambda: any(p.get("request_id") == str(job.pk) and p["status"] == "running"
+                                     for p in engine.status()["pipelines"]), timeout=60)
+        engine.proc.send_signal(signal.SIGSTOP)
+        try:
+            live = controller.hosts[machine.pk].live
+            await wait_until(lambda: live.down_since is not None
+                             and controller.clock() - live.down_since > 3 * controller.grace,
+                             timeout=60)
+            assert (await job_row(job.pk)).status in ProofJob.IN_FLIGHT
+        finally:
+            engine.proc.send_signal(signal.SIGCONT)
+        job = await final(job.pk, timeout=180)
+    assert job.status == ProofJob.Status.DONE and job.verified is True, job.error
+    assert not await database_sync_to_async(
+        Event.objects.filter(message__contains="re-queued").exists)()
+    assert engine.status()["counters"]["total_completed"] == 1
 
 
 async def test_engine_stopped_gracefully_loses_nothing(engine):
