@@ -28,7 +28,7 @@ from vastmgr.proofs.placement import LOOK_AHEAD
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BACKLOG = 14
-ROW = re.compile(r'<tr id="job-([0-9a-f-]{36})">(.*?)</tr>', re.DOTALL)
+ROW = re.compile(r'<tr id="job-([0-9a-f-]{36})"[^>]*>(.*?)</tr>', re.DOTALL)
 STATUS = re.compile(r'data-job-status="([a-z]+)"')
 CELL = re.compile(r"<td[^>]*>(.*?)</td>", re.DOTALL)
 MACHINE = re.compile(r'<span class="truncate" title="([^"]+)">')
