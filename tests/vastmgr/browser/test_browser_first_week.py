@@ -540,11 +540,16 @@ def test_the_proofs_list_follows_the_engine_as_the_proof_page_does(stack, page, 
         compared += 1
         running = [i for i, t in truth.items() if t["status"] == "running" and t["done"]]
         if running:
-            row = page.locator(f"#job-{running[0]}")
-            if row.locator("td [data-job-status]").get_attribute("data-job-status") == "running":
+            # One read of the row: a push may replace it (done) between two reads.
+            seen = page.evaluate("""id => { const r = document.getElementById(`job-${id}`);
+                return r && {status: r.querySelector("td [data-job-status]").dataset.jobStatus,
+                             ticks: r.querySelectorAll(".duration .tick").length,
+                             etas: r.querySelectorAll("[data-eta]").length,
+                             html: r.innerHTML}; }""", running[0])
+            if seen and seen["status"] == "running":
                 # its clocks run in the browser: the time left is one estimate, said in words
-                assert row.locator(".duration .tick").count() == 1, row.inner_html()
-                assert row.locator("[data-eta]").count() == 1, row.inner_html()
+                assert seen["ticks"] == 1, seen["html"]
+                assert seen["etas"] == 1, seen["html"]
                 if not seen_running:
                     shot(page, "proofs-list-running")
             seen_running = True
