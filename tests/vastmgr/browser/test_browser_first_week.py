@@ -32,6 +32,7 @@ from tests.vastmgr.browser.test_browser import (
     running_stack,
     wait_until_done_and_verified,
 )
+from tests.vastmgr.browser.test_browser_proofs import start_proof
 
 param_cache = test_browser.param_cache
 pytestmark = test_browser.pytestmark
@@ -456,13 +457,7 @@ def test_the_changed_pages_fit_a_phone_in_both_colour_schemes(stack, browser):
 
 def test_a_retry_from_two_tabs_is_one_retry_on_the_chosen_machine(stack, page, browser):
     local = machine_named(page, "local")
-    page.goto(f"{stack}/proofs/new/")
-    page.select_option("#id_machine", label="local")
-    page.select_option("#id_kind", "porep-c2")
-    page.select_option("#id_profile", "tiny")
-    page.locator("form.proof-form").get_by_role("button", name="Start").click()
-    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
-    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    job_id = start_proof(page, stack, "porep-c2", 71)
     page.get_by_role("button", name="Cancel").first.click()
     page.wait_for_function(
         "id => document.getElementById(`proof-${id}-status`).textContent.trim() === 'cancelled'",
@@ -589,13 +584,7 @@ def test_the_timeline_labels_the_wait_for_parameters(stack, page):
     parameters, then loads them from disk): its timeline starts with the job's own waits, the
     engine's queue and its parameters, as labelled bars, so no stretch of it is blank and
     unexplained before the first partition."""
-    page.goto(f"{stack}/proofs/new/")
-    page.select_option("#id_machine", label="local")
-    page.select_option("#id_kind", "window-post")
-    page.select_option("#id_profile", "tiny")
-    page.locator("form.proof-form").get_by_role("button", name="Start").click()
-    page.wait_for_url(re.compile(r".*/proofs/[0-9a-f-]+/$"))
-    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    job_id = start_proof(page, stack, "window-post", 72)
     wait_until_done_and_verified(page, job_id)
     timings = api(page, f"/api/v1/proofs/{job_id}")["timings"]
     assert timings["srs_load_ms"] >= 1, timings  # its parameters took time
